@@ -1,0 +1,47 @@
+# Two commands: `make run` (set up and start the demo gateway) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DATA ?= .gateway
+export GATEWAY_DATA_DIR ?= $(DATA)
+
+.PHONY: run test check format bench bench-quick install demo-model clean
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip==25.3"
+
+$(STAMP): $(PY) pyproject.toml constraints.txt scripts/install_torch.sh
+	bash scripts/install_torch.sh $(PY)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo-model: $(STAMP)
+	$(PY) -m backends.worker.tiny_model $(GATEWAY_DATA_DIR)/tiny-chat
+
+run: demo-model
+	$(VENV)/bin/gateway serve --config config/demo.yaml
+
+check: $(STAMP)
+	$(VENV)/bin/ruff format --check gateway cache backends warmpool tests bench
+	$(VENV)/bin/ruff check gateway cache backends warmpool tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format gateway cache backends warmpool tests bench
+	$(VENV)/bin/ruff check --fix gateway cache backends warmpool tests bench
+
+test: check
+	$(VENV)/bin/pytest --cov --cov-report=term:skip-covered
+
+bench: $(STAMP)
+	$(PY) bench/proxy_overhead.py
+
+bench-quick: $(STAMP)
+	$(PY) bench/proxy_overhead.py --quick
+
+clean:
+	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache .coverage

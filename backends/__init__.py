@@ -1,0 +1,1 @@
+"""Backend providers: static HTTP upstreams, local processes, and the bundled model worker."""

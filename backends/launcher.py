@@ -1,0 +1,78 @@
+"""A local model-server process that the gateway starts with itself and stops with itself."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Mapping, Sequence
+
+import aiohttp
+
+from backends.errors import LaunchError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalProcess:
+    def __init__(self, command: Sequence[str], env: Mapping[str, str], ready_url: str) -> None:
+        self._command = list(command)
+        self._env = {**os.environ, **env}
+        self._ready_url = ready_url
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def start(self, timeout_s: float) -> None:
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *self._command, env=self._env, start_new_session=True
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot start {self._command[0]!r}: {exc.strerror}") from exc
+        await self._wait_ready(timeout_s)
+
+    async def _wait_ready(self, timeout_s: float) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + timeout_s
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                if self._process.returncode is not None:
+                    raise LaunchError(
+                        f"{self._command[0]!r} exited with code {self._process.returncode} "
+                        "before it was ready (its output is above)"
+                    )
+                if await _answers_ok(session, self._ready_url):
+                    return
+                await asyncio.sleep(0.2)
+        await self.stop()
+        raise LaunchError(f"{self._ready_url} was not ready within {timeout_s:.0f} s")
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), grace_s)
+        except TimeoutError:
+            _signal_group(process.pid, signal.SIGKILL)
+            await process.wait()
+
+
+async def _answers_ok(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)

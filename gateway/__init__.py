@@ -1,0 +1,1 @@
+"""OpenAI-compatible inference gateway: routes, config, auth, relay, CLI."""

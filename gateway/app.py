@@ -1,0 +1,176 @@
+"""The composition root: `create_app(settings)` builds everything in the lifespan and wires
+it explicitly. Nothing happens at import."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from backends.http import HttpTimeouts, HttpUpstream
+from backends.launcher import LocalProcess, free_port
+from gateway.auth import Authenticator
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.health import BackendHealth
+from gateway.keys import configured_keys
+from gateway.metrics import Metrics
+from gateway.pipeline import Pipeline
+from gateway.relay import Relay
+from gateway.settings import Backend, Settings
+from gateway.state import FileStateStore, StateStore, StateStoreError
+from gateway.state_redis import RedisStateStore
+from gateway.tenants import Catalog
+
+
+def open_state_store(settings: Settings) -> StateStore:
+    if settings.state.url == "memory":
+        return FileStateStore(settings.state.path)
+    return RedisStateStore(settings.state.url, settings.state.prefix)
+
+
+@dataclass
+class Parts:
+    """What the lifespan builds; handlers receive it explicitly."""
+
+    store: StateStore
+    upstreams: dict[str, HttpUpstream]
+    health: BackendHealth
+    pipeline: Pipeline
+    metrics: Metrics
+    processes: list[LocalProcess] = field(default_factory=list)
+
+
+def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> Starlette:
+    env = dict(os.environ if environ is None else environ)
+    metrics = Metrics()
+    holder: dict[str, Parts] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            parts = await _build(settings, env, metrics, stack)
+            holder["parts"] = parts
+            await parts.health.probe_all()
+            async with anyio.create_task_group() as group:
+                group.start_soon(parts.health.run)
+                yield
+                group.cancel_scope.cancel()
+
+    def parts() -> Parts:
+        return holder["parts"]
+
+    async def chat(request: Request) -> Response:
+        return await parts().pipeline.openai(request, "chat")
+
+    async def completions(request: Request) -> Response:
+        return await parts().pipeline.openai(request, "completions")
+
+    async def embeddings(request: Request) -> Response:
+        return await parts().pipeline.openai(request, "embeddings")
+
+    async def models(request: Request) -> Response:
+        return await parts().pipeline.models(request)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        return await _readiness(parts())
+
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
+    handlers: dict[Any, Any] = {HTTPException: _http_error}
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+
+
+async def _build(
+    settings: Settings, env: dict[str, str], metrics: Metrics, stack: contextlib.AsyncExitStack
+) -> Parts:
+    store = open_state_store(settings)
+    stack.push_async_callback(store.close)
+    upstreams: dict[str, HttpUpstream] = {}
+    processes: list[LocalProcess] = []
+    for backend in settings.backends:
+        base_url = backend.base_url
+        if backend.launch is not None:
+            base_url, process = _launch_spec(backend)
+            stack.push_async_callback(process.stop)
+            await process.start(backend.launch.start_timeout_s)
+            processes.append(process)
+        upstream = _upstream(backend, base_url)
+        await upstream.start()
+        stack.push_async_callback(upstream.close)
+        upstreams[backend.name] = upstream
+    catalog = Catalog(
+        {model: b.name for b in settings.backends for model in b.models}, settings.tenants
+    )
+    auth = Authenticator(store, configured_keys(settings.tenants, env))
+    relay = Relay(upstreams, metrics)
+    pipeline = Pipeline(auth, catalog, relay, metrics, settings.limits.max_body_bytes)
+    health = BackendHealth(upstreams, {b.name: b.health_path for b in settings.backends})
+    return Parts(store, upstreams, health, pipeline, metrics, processes)
+
+
+def _upstream(backend: Backend, base_url: str) -> HttpUpstream:
+    t = backend.timeouts
+    return HttpUpstream(
+        base_url,
+        backend.api_key.get_secret_value() if backend.api_key else None,
+        HttpTimeouts(t.connect_s, t.read_s, t.total_s),
+        backend.max_concurrency,
+    )
+
+
+def _launch_spec(backend: Backend) -> tuple[str, LocalProcess]:
+    assert backend.launch is not None
+    port = str(backend.launch.port or free_port())
+    base_url = backend.base_url.replace("{port}", port)
+    command = [
+        part.replace("{port}", port).replace("{python}", sys.executable)
+        for part in backend.launch.command
+    ]
+    root = base_url.split("/v1")[0] if "/v1" in base_url else base_url
+    ready_url = root + backend.launch.ready_path
+    return base_url, LocalProcess(command, backend.launch.env, ready_url)
+
+
+async def _readiness(parts: Parts) -> Response:
+    checks: dict[str, Any] = {"backends": dict(parts.health.reachable)}
+    try:
+        await parts.store.ping()
+        checks["state"] = "ok"
+    except StateStoreError as exc:
+        checks["state"] = str(exc)
+    ready = checks["state"] == "ok" and any(parts.health.reachable.values())
+    checks["status"] = "ready" if ready else "not_ready"
+    return JSONResponse(checks, 200 if ready else 503)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error: GatewayError
+    if exc.status_code == 405:
+        error = MethodNotAllowed(f"Method {request.method} is not allowed on {request.url.path}.")
+    else:
+        error = NotFound(f"Unknown request URL: {request.method} {request.url.path}.")
+    return error.to_response("req_" + os.urandom(12).hex())

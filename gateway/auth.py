@@ -1,0 +1,78 @@
+"""API key → tenant.
+
+A key is looked up by its SHA-256, so the secret itself is never compared byte by byte
+(no timing signal) and never stored. Answers from the state store are cached for
+`cache_ttl_s` (under a second), which bounds how long a revoked key keeps working on
+any replica. While the store is unreachable, answers cached in the last `stale_grace_s`
+are still used; keys never seen before get 503, not 401.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+
+from gateway.errors import StateUnavailable, Unauthenticated
+from gateway.settings import hash_key
+from gateway.state import StateStore, StateStoreError
+
+
+@dataclass(frozen=True)
+class Principal:
+    tenant: str
+    key_id: str
+
+
+class Authenticator:
+    def __init__(
+        self,
+        store: StateStore,
+        static_keys: dict[str, Principal],
+        cache_ttl_s: float = 0.5,
+        stale_grace_s: float = 60.0,
+    ) -> None:
+        self._store = store
+        self._static = static_keys
+        self._ttl = cache_ttl_s
+        self._grace = stale_grace_s
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        key = _bearer(authorization)
+        key_hash = hash_key(key)
+        principal = self._static.get(key_hash) or await self._lookup(key_hash)
+        if principal is None:
+            raise Unauthenticated("Incorrect API key provided.")
+        return principal
+
+    async def _lookup(self, key_hash: str) -> Principal | None:
+        now = time.monotonic()
+        cached = self._cache.get(key_hash)
+        if cached is not None and now - cached[0] < self._ttl:
+            return cached[1]
+        try:
+            record = await self._store.get_key(key_hash)
+        except StateStoreError as exc:
+            if cached is not None and now - cached[0] < self._grace:
+                return cached[1]
+            raise StateUnavailable(
+                "The key store is unreachable; try again shortly.", retry_after=1
+            ) from exc
+        principal = None if record is None else Principal(record.tenant, record.key_id)
+        if len(self._cache) > 100_000:
+            self._cache.clear()  # bounded: a flood of random keys cannot grow it forever
+        self._cache[key_hash] = (now, principal)
+        return principal
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization:
+        raise Unauthenticated(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
+        )
+    scheme, _, key = authorization.partition(" ")
+    key = key.strip()
+    if not hmac.compare_digest(scheme.lower().encode(), b"bearer") or not key:
+        raise Unauthenticated("Malformed Authorization header; expected 'Bearer YOUR_KEY'.")
+    return key

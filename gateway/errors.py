@@ -1,0 +1,113 @@
+"""Errors a request can end with, and the one place that turns them into OpenAI's error JSON.
+
+    GatewayError                  status  type
+    ├── BadRequest                400     invalid_request_error
+    ├── Unauthenticated           401     authentication_error   (missing or unknown key)
+    ├── ModelNotAllowed           403     permission_error
+    ├── ModelNotFound             404     invalid_request_error  (code model_not_found)
+    ├── NotFound                  404     invalid_request_error  (unknown route)
+    ├── MethodNotAllowed          405     invalid_request_error
+    ├── BodyTooLarge              413     invalid_request_error
+    ├── StateUnavailable          503     service_unavailable    (Retry-After)
+    ├── UpstreamError             502     upstream_error         (refused, reset, bad answer)
+    └── UpstreamTimeout           504     timeout_error
+
+Messages never contain a key or an upstream credential.
+"""
+
+from __future__ import annotations
+
+import orjson
+from starlette.responses import Response
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self, message: str, *, param: str | None = None, retry_after: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.retry_after = retry_after
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.type, self.param, self.code)
+
+    def to_response(self, request_id: str) -> Response:
+        headers = {"x-request-id": request_id}
+        if self.retry_after is not None:
+            headers["retry-after"] = str(self.retry_after)
+        if self.status == 401:
+            headers["www-authenticate"] = "Bearer"
+        return Response(self.body(), self.status, headers, media_type="application/json")
+
+
+def error_body(
+    message: str, type_: str, param: str | None = None, code: str | None = None
+) -> bytes:
+    return orjson.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    )
+
+
+class BadRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class Unauthenticated(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class ModelNotAllowed(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "model_not_allowed"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "unknown_url"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class BodyTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class StateUnavailable(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "state_store_unavailable"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    type = "upstream_error"
+    code = "bad_gateway"
+
+
+class UpstreamTimeout(GatewayError):
+    status = 504
+    type = "timeout_error"
+    code = "upstream_timeout"

@@ -1,0 +1,67 @@
+"""Creating API keys, and the keys declared in configuration."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from collections.abc import Mapping
+from typing import TextIO
+
+from gateway.auth import Principal
+from gateway.settings import DeclaredKey, Tenant, hash_key
+from gateway.state import KeyRecord, StateStore
+
+KEY_PREFIX = "sk-gw-"
+
+
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(24)
+
+
+def key_id_for(key_hash: str) -> str:
+    """A public handle for a key (to list and revoke it); derived from the hash, not the key."""
+    return "key_" + key_hash[:12]
+
+
+async def create_key(store: StateStore, tenant: str) -> tuple[str, KeyRecord]:
+    key = new_key()
+    key_hash = hash_key(key)
+    record = KeyRecord(key_id_for(key_hash), tenant, time.time())
+    await store.put_key(key_hash, record)
+    return key, record
+
+
+def configured_keys(
+    tenants: list[Tenant], environ: Mapping[str, str], announce: TextIO = sys.stderr
+) -> dict[str, Principal]:
+    """Key hash → principal for keys declared in config; generates missing demo keys."""
+    found: dict[str, Principal] = {}
+    for tenant in tenants:
+        for declared in tenant.keys:
+            key_hash = _declared_hash(declared, tenant.name, environ, announce)
+            if key_hash is not None:
+                found[key_hash] = Principal(tenant.name, "cfg_" + key_hash[:12])
+    return found
+
+
+def _declared_hash(
+    declared: DeclaredKey, tenant: str, environ: Mapping[str, str], announce: TextIO
+) -> str | None:
+    if declared.sha256 is not None:
+        return declared.sha256
+    assert declared.env is not None
+    key = environ.get(declared.env, "")
+    if key:
+        return hash_key(key)
+    if not declared.generate:
+        return None
+    key = new_key()
+    # Printed once, on purpose, to the operator's terminal: it is never written to the log.
+    print(
+        f"\n  {declared.env} is not set; generated a key for tenant {tenant!r}:\n\n"
+        f"    export {declared.env}={key}\n",
+        file=announce,
+        flush=True,
+    )
+    return hash_key(key)

@@ -1,0 +1,194 @@
+"""One typed settings tree, read once at start-up from a YAML file.
+
+Each package receives its own sub-model. Secrets are `SecretStr`, and may come from the
+environment through `${NAME}` / `${NAME:-default}` in any string of the YAML file, or,
+for tenant keys, through `{env: NAME}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
+Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Listen(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class StateSettings(_Strict):
+    """Where keys (and later quotas and cache entries) live.
+
+    `memory` keeps them in process and persists them to `path`; a `redis://` URL shares
+    them between replicas, under `prefix` so several deployments can share one Redis.
+    """
+
+    url: str = "memory"
+    path: Path = Path(".gateway/state.json")
+    prefix: Name = "gw"
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be 'memory' or a redis:// / rediss:// / unix:// URL")
+        return value
+
+
+class Timeouts(_Strict):
+    connect_s: float = Field(default=5.0, gt=0)
+    # Time to the first byte of the answer, and then between two reads of a stream.
+    read_s: float = Field(default=300.0, gt=0)
+    total_s: float | None = Field(default=None, gt=0)
+
+
+class Launch(_Strict):
+    """A local process the gateway starts with itself and stops with itself.
+
+    `{port}` in `command` and in the backend's `base_url` is replaced by `port`, or by a
+    free loopback port when `port` is 0; `{python}` by the gateway's own interpreter.
+    """
+
+    command: list[str] = Field(min_length=1)
+    port: int = Field(default=0, ge=0, le=65535)
+    ready_path: str = "/health"
+    start_timeout_s: float = Field(default=180.0, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Backend(_Strict):
+    name: Name
+    kind: Literal["http"] = "http"
+    base_url: str
+    models: list[Name] = Field(min_length=1)
+    api_key: SecretStr | None = None
+    timeouts: Timeouts = Timeouts()
+    max_concurrency: int = Field(default=256, ge=1)
+    health_path: str = "/models"
+    launch: Launch | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+
+class Quotas(_Strict):
+    """Declared per tenant; enforced by the traffic-control layer (see README)."""
+
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    max_concurrent: int | None = Field(default=None, ge=1)
+    tokens_per_day: int | None = Field(default=None, ge=1)
+
+
+class DeclaredKey(_Strict):
+    """A key declared in config: its SHA-256 (`sha256`), or a variable holding the key (`env`).
+
+    With `env` and `generate: true`, a missing variable makes the gateway generate a key
+    and print it once at start-up (for demos).
+    """
+
+    sha256: Sha256Hex | None = None
+    env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
+    generate: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DeclaredKey:
+        if (self.sha256 is None) == (self.env is None):
+            raise ValueError("give exactly one of 'sha256' (hex digest of the key) or 'env'")
+        return self
+
+
+class Tenant(_Strict):
+    name: Name
+    weight: float = Field(default=1.0, gt=0)
+    priority: Literal["interactive", "batch"] = "interactive"
+    models: list[str] = Field(default_factory=lambda: ["*"])
+    quotas: Quotas = Quotas()
+    keys: list[DeclaredKey] = Field(default_factory=list)
+
+
+class Limits(_Strict):
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+
+
+class Settings(_Strict):
+    listen: Listen = Listen()
+    state: StateSettings = StateSettings()
+    limits: Limits = Limits()
+    backends: list[Backend] = Field(min_length=1)
+    tenants: list[Tenant] = Field(default_factory=list)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Settings:
+        _require_unique("backends", [b.name for b in self.backends])
+        _require_unique("tenants", [t.name for t in self.tenants])
+        served = [model for backend in self.backends for model in backend.models]
+        _require_unique("models served by backends", served)
+        return self
+
+    def model_names(self) -> list[str]:
+        return [model for backend in self.backends for model in backend.models]
+
+
+def _require_unique(what: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"duplicate name {name!r} in {what}")
+        seen.add(name)
+
+
+def hash_key(key: str) -> str:
+    """Keys are random 192-bit secrets, so one SHA-256 suffices (no slow KDF needed)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: Any, environ: dict[str, str]) -> Any:
+    """Replaces `${NAME}` and `${NAME:-default}` in every string of a parsed YAML tree."""
+    if isinstance(value, str):
+        return _ENV_REF.sub(lambda m: _lookup(m, environ), value)
+    if isinstance(value, list):
+        return [expand_env(item, environ) for item in value]
+    if isinstance(value, dict):
+        return {key: expand_env(item, environ) for key, item in value.items()}
+    return value
+
+
+def _lookup(match: re.Match[str], environ: dict[str, str]) -> str:
+    name, default = match.group(1), match.group(2)
+    if name in environ:
+        return environ[name]
+    if default is not None:
+        return default
+    raise ConfigError(f"environment variable {name} is not set (referenced as ${{{name}}})")
+
+
+class ConfigError(Exception):
+    """The configuration file is missing, unparsable or invalid; the message says where."""

@@ -1,0 +1,126 @@
+"""Shared fixtures: a real Redis, the fake upstream, gateways as real processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.support.processes import (
+    Gateway,
+    ServerProcess,
+    free_port,
+    start_fake_upstream,
+    start_gateway,
+)
+
+GatewayFactory = Callable[..., Gateway]
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """REDIS_URL if a Redis answers there; otherwise a redis-server started for the session."""
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+    if _answers(url):
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            f"no Redis answers at {url} and redis-server is not installed: "
+            "install it (Debian/Ubuntu: apt install redis-server) or set REDIS_URL"
+        )
+    port = free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while not _answers(url):
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"started redis-server on port {port} but it does not answer")
+        time.sleep(0.05)
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def fake_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL (…/v1) of the fake OpenAI-style upstream."""
+    server, base_url = start_fake_upstream(tmp_path_factory.mktemp("upstream"))
+    yield base_url
+    server.stop()
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    return "test-" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def gateway_factory(tmp_path: Path) -> Iterator[GatewayFactory]:
+    started: list[Gateway] = []
+
+    def start(config: dict[str, Any], env: dict[str, str] | None = None, **kw: Any) -> Gateway:
+        gateway = start_gateway(config, tmp_path, env, **kw)
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()
+
+
+def fake_backend(base_url: str, **overrides: Any) -> dict[str, Any]:
+    from tests.support.fake_upstream import MODELS
+
+    backend: dict[str, Any] = {
+        "name": "fake",
+        "kind": "http",
+        "base_url": base_url,
+        "models": list(MODELS),
+        "api_key": "upstream-secret-xyz",
+    }
+    backend.update(overrides)
+    return backend
+
+
+def hash_of(key: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+__all__ = ["ServerProcess", "fake_backend", "hash_of"]

@@ -1,0 +1,257 @@
+"""A small, fast OpenAI-style upstream for tests and benchmarks (a test double, not a model).
+
+It answers by echoing the last user message, so tests can check content end to end, and
+misbehaves on purpose for some model names:
+
+    echo            normal answers (chat, completions, embeddings), streamed word by word
+    slow            waits `x_delay` seconds (body field) before answering
+    error-500       answers HTTP 500
+    busy-429        answers HTTP 429 with Retry-After: 7
+    die-midstream   streams two chunks, then breaks the connection
+    hang-midstream  streams two chunks, then waits until the client goes away
+    no-done         streams the answer but ends without `data: [DONE]`
+
+`GET /_last` returns the headers of the last request; `GET /_stats` counts streams that
+the client abandoned (to check that the gateway cancels upstream requests).
+
+Run: python -m tests.support.fake_upstream --port PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import struct
+import time
+from typing import Any
+
+import orjson
+import uvicorn
+
+Scope = dict[str, Any]
+
+MODELS = ["echo", "slow", "error-500", "busy-429", "die-midstream", "hang-midstream", "no-done"]
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.last_headers: dict[str, str] = {}
+        self.stats = {"requests": 0, "abandoned_streams": 0, "active_streams": 0}
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        if method == "GET":
+            await self._get(path, send)
+            return
+        self.stats["requests"] += 1
+        self.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        body = orjson.loads(await _read(receive))
+        await self._post(path, body, receive, send)
+
+    async def _get(self, path: str, send: Any) -> None:
+        if path == "/v1/models":
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in MODELS]
+            await _json(send, 200, {"object": "list", "data": data})
+        elif path == "/_last":
+            await _json(send, 200, self.last_headers)
+        elif path == "/_stats":
+            await _json(send, 200, self.stats)
+        else:
+            await _json(
+                send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}}
+            )
+
+    async def _post(self, path: str, body: dict[str, Any], receive: Any, send: Any) -> None:
+        model = body.get("model", "")
+        if model == "slow":
+            await asyncio.sleep(float(body.get("x_delay", 1.0)))
+        if model == "error-500":
+            await _json(
+                send, 500, {"error": {"message": "internal failure", "type": "server_error"}}
+            )
+        elif model == "busy-429":
+            error = {"error": {"message": "busy", "type": "rate_limit_error", "code": "busy"}}
+            await _json(send, 429, error, [(b"retry-after", b"7")])
+        elif path == "/v1/embeddings":
+            await _json(send, 200, _embeddings(body))
+        elif body.get("stream"):
+            await self._stream(path, body, receive, send)
+        else:
+            await _json(send, 200, _completion(path, body))
+
+    async def _stream(self, path: str, body: dict[str, Any], receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        model = body["model"]
+        self.stats["active_streams"] += 1
+        try:
+            for index, event in enumerate(_chunks(path, body)):
+                if index == 2 and model == "die-midstream":
+                    raise ConnectionAbortedError("fake upstream dies mid-stream")
+                if index == 2 and model == "hang-midstream":
+                    await _until_disconnect(receive)
+                    self.stats["abandoned_streams"] += 1
+                    return
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            done = b"" if model == "no-done" else b"data: [DONE]\n\n"
+            await send({"type": "http.response.body", "body": done, "more_body": False})
+        finally:
+            self.stats["active_streams"] -= 1
+
+
+def _answer(path: str, body: dict[str, Any]) -> str:
+    if path == "/v1/chat/completions":
+        users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+        text = users[-1].get("content", "") if users else ""
+    else:
+        prompt = body.get("prompt", "")
+        text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+    return f"echo: {text}"
+
+
+def _usage(path: str, body: dict[str, Any], answer: str) -> dict[str, int]:
+    prompt_tokens = len(orjson.dumps(body.get("messages") or body.get("prompt")).split())
+    completion_tokens = len(answer.split())
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _completion(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    answer = _answer(path, body)
+    usage = _usage(path, body, answer)
+    if path == "/v1/completions":
+        choice: dict[str, Any] = {"index": 0, "text": answer, "finish_reason": "stop"}
+        kind = "text_completion"
+    else:
+        message = {"role": "assistant", "content": answer}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        kind = "chat.completion"
+    created = int(time.time())
+    return {
+        "id": "fake-1",
+        "object": kind,
+        "created": created,
+        "model": body["model"],
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+def _chunks(path: str, body: dict[str, Any]) -> list[bytes]:
+    answer = _answer(path, body)
+    words = answer.split(" ")
+    pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
+    chat = path == "/v1/chat/completions"
+    events = [_chunk(body, chat, piece, None, first=i == 0) for i, piece in enumerate(pieces)]
+    events.append(_chunk(body, chat, "", "stop", first=False))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        usage = {
+            "id": "fake-1",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [],
+            "usage": _usage(path, body, answer),
+        }
+        events.append(b"data: " + orjson.dumps(usage) + b"\n\n")
+    return events
+
+
+def _chunk(body: dict[str, Any], chat: bool, piece: str, finish: str | None, first: bool) -> bytes:
+    if chat:
+        delta: dict[str, Any] = {"content": piece} if piece or finish is None else {}
+        if first:
+            delta["role"] = "assistant"
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+        kind = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": piece, "finish_reason": finish}
+        kind = "text_completion"
+    chunk = {
+        "id": "fake-1",
+        "object": kind,
+        "created": 0,
+        "model": body["model"],
+        "choices": [choice],
+    }
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    data = []
+    for index, text in enumerate(texts):
+        digest = hashlib.sha256(str(text).encode()).digest()
+        vector = [b / 255.0 for b in digest[:8]]
+        data.append({"object": "embedding", "index": index, "embedding": _encode(vector, body)})
+    usage = {"prompt_tokens": len(texts), "total_tokens": len(texts)}
+    return {"object": "list", "data": data, "model": body["model"], "usage": usage}
+
+
+def _encode(vector: list[float], body: dict[str, Any]) -> Any:
+    if body.get("encoding_format") == "base64":
+        import base64
+
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    return vector
+
+
+async def _read(receive: Any) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _until_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _json(
+    send: Any, status: int, body: Any, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    payload = orjson.dumps(body)
+    headers = [(b"content-type", b"application/json"), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    uvicorn.run(
+        FakeUpstream(),
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="error",
+        access_log=False,
+        backlog=2048,
+    )
+
+
+if __name__ == "__main__":
+    main()

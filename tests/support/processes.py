@@ -1,0 +1,147 @@
+"""Real servers as subprocesses on free loopback ports, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """A subprocess serving HTTP; its output goes to `log_path` (tests scan it for secrets)."""
+
+    def __init__(
+        self,
+        command: list[str],
+        ready_url: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+    ) -> None:
+        self.command = command
+        self.ready_url = ready_url
+        self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> ServerProcess:
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.command} exited {self.process.returncode}:\n{self.log()}"
+                )
+            try:
+                if httpx.get(self.ready_url, timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.ready_url} not ready in {timeout_s} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.process.returncode
+
+
+def start_fake_upstream(log_dir: Path) -> tuple[ServerProcess, str]:
+    port = free_port()
+    server = ServerProcess(
+        [sys.executable, "-m", "tests.support.fake_upstream", "--port", str(port)],
+        f"http://127.0.0.1:{port}/v1/models",
+        log_dir / f"fake-upstream-{port}.log",
+    ).start()
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+def start_gateway(
+    config: dict[str, Any],
+    work_dir: Path,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 60.0,
+) -> Gateway:
+    port = free_port()
+    config_path = work_dir / f"gateway-{port}.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    server = ServerProcess(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--config",
+            str(config_path),
+            "--port",
+            str(port),
+        ],
+        f"http://127.0.0.1:{port}/healthz",
+        work_dir / f"gateway-{port}.log",
+        env=env,
+    ).start(timeout_s)
+    return Gateway(server, port, config_path)
+
+
+class Gateway:
+    def __init__(self, server: ServerProcess, port: int, config_path: Path) -> None:
+        self.server = server
+        self.port = port
+        self.config_path = config_path
+        self.url = f"http://127.0.0.1:{port}"
+        self.base_url = self.url + "/v1"
+
+    def cli(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gateway.cli", *args, "--config", str(self.config_path)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            timeout=60,
+        )
+
+    def stop(self) -> int | None:
+        return self.server.stop()
