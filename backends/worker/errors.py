@@ -1,0 +1,49 @@
+"""Errors the worker answers with; each knows its HTTP status and OpenAI error type.
+
+    WorkerError                     500 server_error
+    ├── InvalidRequest              400 invalid_request_error
+    │   └── ContextLengthExceeded   400 invalid_request_error, code context_length_exceeded
+    └── ModelNotFound               404 invalid_request_error, code model_not_found
+
+The server turns them into OpenAI's error JSON in one exception handler.
+"""
+
+from __future__ import annotations
+
+
+class WorkerError(Exception):
+    status_code = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def payload(self) -> dict[str, object]:
+        return error_payload(self.message, self.error_type, self.param, self.code)
+
+
+class InvalidRequest(WorkerError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class ModelNotFound(WorkerError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+    def __init__(self, model: str, task: str) -> None:
+        super().__init__(f"The model '{model}' does not exist or does not serve {task}", "model")
+
+
+def error_payload(
+    message: str, error_type: str, param: str | None = None, code: str | None = None
+) -> dict[str, object]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
