@@ -1,0 +1,1 @@
+"""Benchmarks: each prints JSON lines {"bench", "metric", "value", "unit", ...parameters}."""
