@@ -19,6 +19,7 @@ Run `python -m bench.loadgen` only through `LoadGenerator`.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -119,8 +120,6 @@ class _Round:
         self.completed = 0
         self.errors = 0
         self.first_error: str | None = None
-        self.ready = 0
-        self.go = asyncio.Event()
         self.start = 0.0
         self.deadline = 0.0
 
@@ -142,7 +141,7 @@ class _Round:
         if self.first_error is None:
             self.first_error = message
 
-    async def _warm_up(self) -> None:
+    async def warm_up(self) -> None:
         for _ in range(3):  # a kept-alive connection the server closed fails once
             try:
                 if await self._one():
@@ -151,15 +150,7 @@ class _Round:
                 self._error(f"warm-up: {exc!r}")
         raise RuntimeError(f"warm-up failed: {self.first_error}")
 
-    async def worker(self) -> None:
-        await self._warm_up()
-        self.ready += 1
-        if self.ready == self.spec.concurrency:
-            self.errors, self.first_error = 0, None  # warm-up retries are not counted
-            self.start = time.perf_counter()
-            self.deadline = self.start + self.spec.duration_s
-            self.go.set()
-        await self.go.wait()
+    async def measure(self) -> None:
         latencies, deadline, one = self.latencies, self.deadline, self._one
         perf_counter = time.perf_counter
         while True:
@@ -180,10 +171,13 @@ class _Round:
 
 async def _run_round(session: Any, spec: RoundSpec) -> RoundResult:
     state = _Round(session, spec)
-    workers = [asyncio.create_task(state.worker()) for _ in range(spec.concurrency)]
-    await state.go.wait()
+    # All warm-ups at once, so that `concurrency` connections are open before the clock starts.
+    await asyncio.gather(*(state.warm_up() for _ in range(spec.concurrency)))
+    state.errors, state.first_error = 0, None  # warm-up retries are not counted
     cpu_before = time.process_time()
-    await asyncio.gather(*workers)
+    state.start = time.perf_counter()
+    state.deadline = state.start + spec.duration_s
+    await asyncio.gather(*(state.measure() for _ in range(spec.concurrency)))
     cpu = time.process_time() - cpu_before
     return RoundResult(
         completed=state.completed,
@@ -217,6 +211,8 @@ async def _serve() -> None:
 def main() -> None:
     import uvloop
 
+    # Ctrl-C reaches the whole process group: the parent stops this child by closing stdin.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     uvloop.run(_serve())
 
 

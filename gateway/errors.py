@@ -10,7 +10,8 @@
     ├── BodyTooLarge              413     invalid_request_error
     ├── StateUnavailable          503     service_unavailable    (Retry-After)
     ├── UpstreamError             502     upstream_error         (refused, reset, bad answer)
-    └── UpstreamTimeout           504     timeout_error
+    ├── UpstreamTimeout           504     timeout_error
+    └── InternalError             500     server_error           (a bug; logged with traceback)
 
 Messages never contain a key or an upstream credential.
 """
@@ -111,3 +112,9 @@ class UpstreamTimeout(GatewayError):
     status = 504
     type = "timeout_error"
     code = "upstream_timeout"
+
+
+class InternalError(GatewayError):
+    status = 500
+    type = "server_error"
+    code = "internal_error"

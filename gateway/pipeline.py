@@ -5,6 +5,7 @@ Later stages (quotas, cache, scheduler, cold start) slot in between route and re
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import time
@@ -16,12 +17,13 @@ from starlette.responses import Response
 
 from gateway.accesslog import log_request
 from gateway.auth import Authenticator
-from gateway.errors import BadRequest, BodyTooLarge, GatewayError
+from gateway.errors import BadRequest, BodyTooLarge, GatewayError, InternalError
 from gateway.metrics import Metrics
 from gateway.openai_schema import parse_body
 from gateway.relay import Relay, RelayedStream
 from gateway.tenants import Catalog
 
+_log = logging.getLogger("gateway.pipeline")
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -67,6 +69,12 @@ class Pipeline:
         except GatewayError as exc:
             exchange.finish(self._metrics, exc.status, exc.code or exc.type)
             return exc.to_response(exchange.request_id)
+        except Exception:
+            # A bug: answer in OpenAI's shape, keep the traceback for the operator.
+            _log.exception("unexpected error in request %s", exchange.request_id)
+            error = InternalError("The gateway failed unexpectedly; the error was logged.")
+            exchange.finish(self._metrics, error.status, error.code)
+            return error.to_response(exchange.request_id)
         if not isinstance(response, RelayedStream):
             exchange.finish(self._metrics, response.status_code, None)
         return response

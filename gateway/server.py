@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+from types import FrameType
+
 import uvicorn
 
 from gateway.accesslog import configure_logging
@@ -24,5 +28,12 @@ def serve(settings: Settings, host: str, port: int) -> int:
         backlog=2048,
     )
     server = uvicorn.Server(config)
+    # uvicorn drains on SIGTERM, restores this handler and raises the signal again: a
+    # gateway that drained cleanly exits 0.
+    signal.signal(signal.SIGTERM, _exit_after_drain)
     server.run()
     return 0 if server.started else 1
+
+
+def _exit_after_drain(signum: int, frame: FrameType | None) -> None:
+    sys.exit(0)

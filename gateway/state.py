@@ -57,6 +57,7 @@ class FileStateStore:
         self._keys: dict[str, KeyRecord] = {}
         self._mtime_ns = -1
         self._checked_at = 0.0
+        path.parent.mkdir(parents=True, exist_ok=True)
         self._reload()
 
     async def get_key(self, key_hash: str) -> KeyRecord | None:

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,7 +24,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProce
     env.update(GATEWAY_DATA_DIR=str(data), PORT=str(port))
     server = ServerProcess(
         [sys.executable, "-m", "gateway.cli", "serve", "--config", "config/demo.yaml"],
-        f"http://127.0.0.1:{port}/readyz", data / "gateway.log",
+        f"http://127.0.0.1:{port}/readyz",
+        data / "gateway.log",
     )
     server.env = env
     server.start(timeout_s=180)
@@ -47,8 +47,13 @@ def test_readme_openai_snippet_answers(demo: tuple[ServerProcess, int]) -> None:
     assert printed, "the generated demo key was not printed"
     key = printed.group(1)
     snippet = _readme_python().replace("127.0.0.1:8080", f"127.0.0.1:{port}")
-    result = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True,
-                            env={**os.environ, "GATEWAY_DEMO_KEY": key}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", snippet],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GATEWAY_DEMO_KEY": key},
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "embedding dimension: 384" in result.stdout
     answer = re.search(r"^answer: (.*)$", result.stdout, re.M)
@@ -63,7 +68,8 @@ def test_demo_is_ready_and_lists_its_models(demo: tuple[ServerProcess, int]) -> 
     server, port = demo
     key = re.search(r"export GATEWAY_DEMO_KEY=(sk-gw-\S+)", server.log())
     assert key
-    models = httpx.get(f"http://127.0.0.1:{port}/v1/models",
-                       headers={"Authorization": f"Bearer {key.group(1)}"}).json()
+    models = httpx.get(
+        f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {key.group(1)}"}
+    ).json()
     assert sorted(m["id"] for m in models["data"]) == ["all-MiniLM-L6-v2", "tiny-chat"]
     assert httpx.get(f"http://127.0.0.1:{port}/readyz").json()["backends"] == {"local-worker": True}

@@ -84,9 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a transformers causal LM folder (safetensors and tokenizer)",
     )
     parser.add_argument("--max-tokens", type=_positive_int, default=GenerationLimits.max_tokens)
-    parser.add_argument(
-        "--max-context", type=_positive_int, default=GenerationLimits.max_context
-    )
+    parser.add_argument("--max-context", type=_positive_int, default=GenerationLimits.max_context)
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
     parser.add_argument("--log-level", default="info")
     return parser

@@ -2,7 +2,8 @@
 
     WorkerError                     500 server_error
     ├── InvalidRequest              400 invalid_request_error
-    │   └── ContextLengthExceeded   400 invalid_request_error, code context_length_exceeded
+    │   ├── ContextLengthExceeded   400 invalid_request_error, code context_length_exceeded
+    │   └── BodyTooLarge            413 invalid_request_error
     └── ModelNotFound               404 invalid_request_error, code model_not_found
 
 The server turns them into OpenAI's error JSON in one exception handler.
@@ -34,13 +35,21 @@ class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 
 
+class BodyTooLarge(InvalidRequest):
+    status_code = 413
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"The request body is larger than {limit} bytes.")
+
+
 class ModelNotFound(WorkerError):
     status_code = 404
     error_type = "invalid_request_error"
     code = "model_not_found"
 
-    def __init__(self, model: str, task: str) -> None:
-        super().__init__(f"The model '{model}' does not exist or does not serve {task}", "model")
+    def __init__(self, model: str, task: str | None = None) -> None:
+        served = "" if task is None else f" or does not serve {task}"
+        super().__init__(f"The model '{model}' does not exist{served}", "model")
 
 
 def error_payload(

@@ -33,8 +33,10 @@ def test_good_config_parses_with_defaults() -> None:
     ("text", "expected"),
     [
         (GOOD.replace("base_url: http", "base_url: ftp"), "good.yaml:3: backends.0.base_url"),
-        (GOOD.replace("models: [m1]", "models: [m1]\n    max_concurency: 3"),
-         "good.yaml:5: backends.0.max_concurency: Extra inputs are not permitted"),
+        (
+            GOOD.replace("models: [m1]", "models: [m1]\n    max_concurency: 3"),
+            "good.yaml:5: backends.0.max_concurency: Extra inputs are not permitted",
+        ),
         (GOOD + "    weight: -1\n", "good.yaml:7: tenants.0.weight"),
         (GOOD + "    keys: [{sha256: nothex}]\n", "good.yaml:7: tenants.0.keys.0.sha256"),
         (GOOD + "state: {url: postgres://x}\n", "good.yaml:7: state.url"),
@@ -66,7 +68,12 @@ def test_invalid_yaml_is_reported() -> None:
 def test_serve_with_bad_config_exits_with_message(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(GOOD.replace("name: t1", "name: t1\n    priority: urgent"))
-    result = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--config", str(path)],
-                            capture_output=True, text=True, cwd=ROOT, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert f"{path}:7: tenants.0.priority" in result.stderr

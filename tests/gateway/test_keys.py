@@ -100,11 +100,18 @@ def test_redis_down_unknown_key_gets_503_not_401(
     from tests.support.processes import free_port
 
     dead = f"redis://127.0.0.1:{free_port()}"
-    config = {"state": {"url": dead}, "backends": [fake_backend(fake_upstream)],
-              "tenants": [{"name": "acme"}]}
+    config = {
+        "state": {"url": dead},
+        "backends": [fake_backend(fake_upstream)],
+        "tenants": [{"name": "acme"}],
+    }
     gateway = gateway_factory(config)
-    response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT,
-                          headers={"Authorization": "Bearer sk-gw-whatever"}, timeout=10)
+    response = httpx.post(
+        gateway.base_url + "/chat/completions",
+        json=CHAT,
+        headers={"Authorization": "Bearer sk-gw-whatever"},
+        timeout=10,
+    )
     assert response.status_code == 503
     assert response.headers["retry-after"] == "1"
     assert response.json()["error"]["code"] == "state_store_unavailable"

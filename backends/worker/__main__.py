@@ -1,0 +1,3 @@
+from backends.worker.server import main
+
+main()

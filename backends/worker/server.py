@@ -1,0 +1,247 @@
+"""The worker's HTTP app: OpenAI's embeddings, completions and chat completions routes.
+
+Models load in the lifespan, before uvicorn opens its socket, so a worker that answers
+`/health` at all is ready. All model work runs in one compute thread owned by the lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from types import FrameType
+from typing import TypedDict, cast
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from backends.worker.answers import ChatShape, Json, TextShape, embedding_answer, model_card
+from backends.worker.completions import CompletionJob, complete, stream
+from backends.worker.config import GenerationLimits, WorkerConfig, parse_args
+from backends.worker.errors import (
+    BodyTooLarge,
+    InvalidRequest,
+    ModelNotFound,
+    WorkerError,
+    error_payload,
+)
+from backends.worker.generator import ChatModel
+from backends.worker.registry import ModelRegistry
+from backends.worker.sampling import SamplingParams
+from backends.worker.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    SamplingRequest,
+    parse_body,
+)
+
+logger = logging.getLogger(__name__)
+
+# Far above any prompt that fits a context window; larger bodies are answered 413.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+class WorkerState(TypedDict):
+    models: ModelRegistry
+    compute: Executor
+    limits: GenerationLimits
+    started: int
+
+
+def create_app(config: WorkerConfig) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[WorkerState]:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="worker-compute") as compute:
+            loop = asyncio.get_running_loop()
+            device = await loop.run_in_executor(compute, choose_device, config.device)
+            models = await loop.run_in_executor(compute, ModelRegistry.load, config, device)
+            logger.info("serving %s on %s", ", ".join(models.names()), device)
+            yield {
+                "models": models,
+                "compute": compute,
+                "limits": config.limits,
+                "started": int(time.time()),
+            }
+
+    routes = [
+        Route("/health", health),
+        Route("/v1/models", list_models),
+        Route("/v1/models/{model:path}", get_model),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    ]
+    handlers = {
+        WorkerError: on_worker_error,
+        HTTPException: on_http_error,
+        Exception: on_unexpected_error,
+    }
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+
+
+async def health(request: Request[WorkerState]) -> Response:
+    return json_response({"status": "ok"})
+
+
+async def list_models(request: Request[WorkerState]) -> Response:
+    started = request.state["started"]
+    cards = [model_card(name, started) for name in request.state["models"].names()]
+    return json_response({"object": "list", "data": cards})
+
+
+async def get_model(request: Request[WorkerState]) -> Response:
+    name = request.path_params["model"]
+    if name not in request.state["models"].names():
+        raise ModelNotFound(name)
+    return json_response(model_card(name, request.state["started"]))
+
+
+async def embeddings(request: Request[WorkerState]) -> Response:
+    body = parse_body(await read_body(request), EmbeddingRequest)
+    embedder = request.state["models"].embedder(body.model)
+    if body.dimensions is not None and body.dimensions != embedder.dimension:
+        raise InvalidRequest(f"model '{body.model}' has {embedder.dimension} dimensions")
+    texts = _embedding_texts(body.input)
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(request.state["compute"], embedder.embed, texts)
+    return json_response(embedding_answer(body.model, result, body.encoding_format or "float"))
+
+
+async def completions(request: Request[WorkerState]) -> Response:
+    body = parse_body(await read_body(request), CompletionRequest)
+    model = request.state["models"].chat_model(body.model)
+    prompt = _completion_prompt(body.prompt)
+    ids = model.text_prompt(prompt) if isinstance(prompt, str) else model.check_token_ids(prompt)
+    return await _answer(request, model, body, body.max_tokens, TextShape(), ids)
+
+
+async def chat_completions(request: Request[WorkerState]) -> Response:
+    body = parse_body(await read_body(request), ChatCompletionRequest)
+    model = request.state["models"].chat_model(body.model)
+    messages = [{"role": message.role, "content": message.text()} for message in body.messages]
+    ids = model.chat_prompt(messages)
+    return await _answer(request, model, body, body.token_limit, ChatShape(), ids)
+
+
+async def _answer(
+    request: Request[WorkerState],
+    model: ChatModel,
+    body: SamplingRequest,
+    max_tokens: int | None,
+    shape: ChatShape | TextShape,
+    prompt_ids: list[int],
+) -> Response:
+    params = SamplingParams(
+        max_tokens=model.token_budget(len(prompt_ids), max_tokens, request.state["limits"]),
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        seed=body.seed,
+        stop=body.stop_strings,
+    )
+    job = CompletionJob(model, prompt_ids, params, shape, request.state["compute"])
+    if body.stream:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        events = stream(job, body.include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    return json_response(await complete(job))
+
+
+async def read_body(request: Request[WorkerState]) -> bytes:
+    # Starlette's own limit answers in plain text; this one answers in OpenAI's shape.
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BodyTooLarge(MAX_BODY_BYTES)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BodyTooLarge(MAX_BODY_BYTES)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _embedding_texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:
+    texts = [value] if isinstance(value, str) else value
+    if not texts:
+        raise InvalidRequest("'input' must not be empty", "input")
+    if not all(isinstance(text, str) for text in texts):
+        raise InvalidRequest("token ids as input are not supported; send text", "input")
+    return [str(text) for text in texts]
+
+
+def _completion_prompt(value: object) -> str | list[int]:
+    """One prompt, as text or token ids; several prompts in one request are not supported."""
+    if isinstance(value, str):
+        return value
+    assert isinstance(value, list)  # the schema allows nothing else
+    if value and all(isinstance(token, int) for token in value):
+        return cast(list[int], value)
+    if len(value) != 1:
+        raise InvalidRequest("Send exactly one prompt per request.", "prompt")
+    return _completion_prompt(value[0])
+
+
+async def on_worker_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, WorkerError)
+    return json_response(exc.payload(), exc.status_code)
+
+
+async def on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return json_response(error_payload(exc.detail, error_type), exc.status_code, exc.headers)
+
+
+async def on_unexpected_error(request: Request, exc: Exception) -> Response:
+    # Starlette logs the traceback; the client gets OpenAI's shape, not a bare 500 page.
+    return json_response(error_payload("internal error in the worker", "server_error"), 500)
+
+
+def json_response(
+    content: Json, status_code: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(orjson.dumps(content), status_code, headers, "application/json")
+
+
+def _exit_after_drain(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def choose_device(requested: str | None) -> str:
+    import torch
+
+    if requested is not None:
+        return requested
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    config = parse_args(argv)
+    # Every model is a local folder; never let a library reach for the Hugging Face hub.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import uvicorn
+
+    logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s %(message)s")
+    # uvicorn drains on SIGTERM and then raises the signal again; a drained worker has done
+    # what was asked of it, so that second delivery ends the process with status 0.
+    signal.signal(signal.SIGTERM, _exit_after_drain)
+    uvicorn.run(
+        create_app(config),
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        timeout_graceful_shutdown=5,
+    )

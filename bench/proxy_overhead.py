@@ -1,0 +1,275 @@
+"""What the gateway adds to a request: direct calls to a fast upstream vs calls through it.
+
+Starts the fake upstream (tests/support/fake_upstream.py, model `echo`) and a gateway in
+front of it, then, for each (concurrency, stream) in (1, 64) x (false, true), alternates
+short rounds direct / gateway / direct / gateway ... after a warm-up round of each, so that
+noise on a shared machine falls on both alike. The load comes from a separate process
+(bench/loadgen.py: aiohttp, keep-alive, `concurrency` closed-loop workers, a small
+pre-serialised chat body; a streamed answer is timed until its last byte).
+
+Prints JSON lines only (progress goes to stderr), each with parameters concurrency and
+stream:
+
+    added_latency_p50_ms, added_latency_p99_ms   gateway pN - direct pN, pooled over rounds
+    throughput_gateway_rps, throughput_direct_rps, throughput_ratio (gateway / direct)
+    gateway_rss_mb                               VmRSS of the gateway after those rounds
+
+and, to judge the numbers: latency_{direct,gateway}_p50_ms / _p99_ms; gateway_cpu_ms_per_req
+(the gateway's own CPU time per request through it) and gateway_cpu_cores (its CPU seconds
+per second during the gateway rounds: near 1.0 means the single-process gateway was the
+bottleneck, well below means the machine was); and loadgen_ceiling_rps (requests per
+CPU-second of the load generator in the direct rounds: what it could drive with a whole
+core to itself). Direct throughput at concurrency 64 is bounded by the load generator and
+the upstream sharing the machine's cores, so throughput_ratio is if anything flattering.
+gateway_rss_mb is read after each combination's rounds, in the same gateway process.
+
+    python bench/proxy_overhead.py            # a few minutes
+    python bench/proxy_overhead.py --quick    # the same measurements, under a minute
+
+Exits 1 if any request failed (the numbers are printed all the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
+
+import httpx  # noqa: E402
+import orjson  # noqa: E402
+
+from bench.loadgen import LoadGenerator, RoundResult, RoundSpec  # noqa: E402
+from tests.support.processes import Gateway, ServerProcess, start_fake_upstream  # noqa: E402
+from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
+
+BENCH = "proxy_overhead"
+KEY = "bench-" + "k" * 40
+COMBINATIONS = [(1, False), (1, True), (64, False), (64, True)]
+CHAT_PATH = "/chat/completions"
+
+
+@dataclass(frozen=True)
+class Plan:
+    warm_up_s: float  # one round per target before the measured ones
+    round_s: float
+    pairs: int  # measured rounds per target
+
+
+FULL = Plan(warm_up_s=1.5, round_s=2.5, pairs=6)
+QUICK = Plan(warm_up_s=0.5, round_s=1.0, pairs=3)
+
+
+@dataclass
+class Series:
+    """Pooled results of one target's measured rounds for one (concurrency, stream)."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    completed: int = 0
+    seconds: float = 0.0
+    errors: int = 0
+    first_error: str | None = None
+    loadgen_cpu_s: float = 0.0
+    server_cpu_s: float = 0.0  # the gateway's CPU time, for gateway rounds
+
+    def add(self, result: RoundResult, server_cpu_s: float) -> None:
+        self.latencies_ms.extend(result.latencies_ms)
+        self.completed += result.completed
+        self.seconds += result.duration_s
+        self.errors += result.errors
+        self.first_error = self.first_error or result.first_error
+        self.loadgen_cpu_s += result.cpu_s
+        self.server_cpu_s += server_cpu_s
+
+    @property
+    def rps(self) -> float:
+        return self.completed / self.seconds if self.seconds else 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (q in [0, 100])."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0  # kB
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def emit(metric: str, value: float, unit: str, **parameters: Any) -> None:
+    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
+    sys.stdout.write(orjson.dumps(line).decode() + "\n")
+    sys.stdout.flush()
+
+
+def progress(message: str) -> None:
+    print(f"[{BENCH}] {message}", file=sys.stderr, flush=True)
+
+
+def chat_body(stream: bool) -> str:
+    body: dict[str, Any] = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+    if stream:
+        body["stream"] = True
+    return orjson.dumps(body).decode()
+
+
+def gateway_config(upstream_url: str, work_dir: Path) -> dict[str, Any]:
+    from tests.conftest import fake_backend
+
+    return {
+        "state": {"url": "memory", "path": str(work_dir / "state.json")},
+        "backends": [fake_backend(upstream_url)],
+        "tenants": [
+            {"name": "bench", "keys": [{"sha256": hashlib.sha256(KEY.encode()).hexdigest()}]}
+        ],
+    }
+
+
+def check_answers(direct_url: str, gateway_url: str) -> None:
+    """One request each way, so that a misconfiguration fails loudly rather than fast."""
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    for url in (direct_url, gateway_url):
+        for stream in (False, True):
+            response = httpx.post(url, content=chat_body(stream), headers=headers, timeout=10)
+            done = not stream or "data: [DONE]" in response.text
+            if response.status_code != 200 or "echo" not in response.text or not done:
+                raise RuntimeError(f"{url} stream={stream}: {response.status_code} {response.text}")
+
+
+class Bench:
+    def __init__(self, plan: Plan, loadgen: LoadGenerator, gateway: Gateway, upstream_url: str):
+        self.plan = plan
+        self.loadgen = loadgen
+        self.gateway_pid = _pid(gateway.server)
+        headers = {"Content-Type": "application/json"}
+        self.targets = {
+            "direct": (upstream_url + CHAT_PATH, headers),
+            "gateway": (
+                gateway.base_url + CHAT_PATH,
+                {**headers, "Authorization": f"Bearer {KEY}"},
+            ),
+        }
+        self.failed = False
+
+    def round(
+        self, target: str, concurrency: int, stream: bool, seconds: float
+    ) -> tuple[RoundResult, float]:
+        url, headers = self.targets[target]
+        spec = RoundSpec(url, headers, chat_body(stream), concurrency, seconds, stream)
+        cpu_before = cpu_seconds(self.gateway_pid)
+        result = self.loadgen.run(spec)
+        return result, cpu_seconds(self.gateway_pid) - cpu_before
+
+    def combination(self, concurrency: int, stream: bool) -> None:
+        plan = self.plan
+        progress(f"concurrency={concurrency} stream={stream}: warm-up")
+        for target in ("direct", "gateway"):
+            self.round(target, concurrency, stream, plan.warm_up_s)
+        series = {"direct": Series(), "gateway": Series()}
+        for index in range(plan.pairs):
+            for target in ("direct", "gateway"):
+                result, gateway_cpu = self.round(target, concurrency, stream, plan.round_s)
+                series[target].add(result, gateway_cpu)
+                progress(
+                    f"  round {index + 1}/{plan.pairs} {target:7}: {result.rps:8.1f} req/s, "
+                    f"p50 {percentile(result.latencies_ms, 50):.3f} ms"
+                    + (f", {result.errors} errors" if result.errors else "")
+                )
+        self.report(concurrency, stream, series["direct"], series["gateway"])
+
+    def report(self, concurrency: int, stream: bool, direct: Series, gateway: Series) -> None:
+        params = {"concurrency": concurrency, "stream": stream}
+        d50, d99 = percentile(direct.latencies_ms, 50), percentile(direct.latencies_ms, 99)
+        g50, g99 = percentile(gateway.latencies_ms, 50), percentile(gateway.latencies_ms, 99)
+        emit("added_latency_p50_ms", round(g50 - d50, 3), "ms", **params)
+        emit("added_latency_p99_ms", round(g99 - d99, 3), "ms", **params)
+        emit("throughput_gateway_rps", round(gateway.rps, 1), "req/s", **params)
+        emit("throughput_direct_rps", round(direct.rps, 1), "req/s", **params)
+        ratio = gateway.rps / direct.rps if direct.rps else 0.0
+        emit("throughput_ratio", round(ratio, 3), "ratio", **params)
+        emit("gateway_rss_mb", round(rss_mb(self.gateway_pid), 1), "MB", **params)
+        emit("latency_direct_p50_ms", round(d50, 3), "ms", **params)
+        emit("latency_direct_p99_ms", round(d99, 3), "ms", **params)
+        emit("latency_gateway_p50_ms", round(g50, 3), "ms", **params)
+        emit("latency_gateway_p99_ms", round(g99, 3), "ms", **params)
+        if gateway.completed:
+            per_request = gateway.server_cpu_s / gateway.completed * 1000.0
+            emit("gateway_cpu_ms_per_req", round(per_request, 3), "ms", **params)
+            cores = gateway.server_cpu_s / gateway.seconds
+            emit("gateway_cpu_cores", round(cores, 3), "ratio", **params)
+        if direct.loadgen_cpu_s:
+            ceiling = direct.completed / direct.loadgen_cpu_s
+            emit("loadgen_ceiling_rps", round(ceiling, 1), "req/s", **params)
+        for name, series in (("direct", direct), ("gateway", gateway)):
+            if series.errors:
+                self.failed = True
+                progress(f"{name}: {series.errors} failed requests, first: {series.first_error}")
+
+
+def _pid(server: ServerProcess) -> int:
+    if server.process is None:
+        raise RuntimeError("server not started")
+    return server.process.pid
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter rounds, under a minute")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
+        work_dir = Path(tmp)
+        upstream: ServerProcess | None = None
+        gateway: Gateway | None = None
+        loadgen = LoadGenerator()
+        try:
+            upstream, upstream_url = start_fake_upstream(work_dir)
+            gateway = start_gateway_process(gateway_config(upstream_url, work_dir), work_dir)
+            check_answers(upstream_url + CHAT_PATH, gateway.base_url + CHAT_PATH)
+            progress(f"upstream {upstream_url}, gateway {gateway.base_url}")
+            bench = Bench(plan, loadgen.start(), gateway, upstream_url)
+            for concurrency, stream in COMBINATIONS:
+                bench.combination(concurrency, stream)
+            failed = bench.failed
+        finally:
+            loadgen.stop()
+            if gateway is not None:
+                gateway.stop()
+            if upstream is not None:
+                upstream.stop()
+    progress(f"done in {time.monotonic() - started:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

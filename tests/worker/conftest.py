@@ -1,0 +1,53 @@
+"""The worker as a real subprocess on a free loopback port, serving MiniLM and a tiny LM."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from backends.worker.tiny_model import write_tiny_chat_model
+from tests.support.processes import ServerProcess, free_port
+
+EMBEDDING_MODEL = "minilm"
+CHAT_MODEL = "tiny-chat"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_chat_model(tmp_path_factory.mktemp("models") / "tiny-chat")
+
+
+@pytest.fixture(scope="session")
+def worker(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[str]:
+    """Base URL (…/v1) of a worker serving both models."""
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "backends.worker",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--embedding-model",
+        EMBEDDING_MODEL,
+        "--chat-model",
+        f"{CHAT_MODEL}={tiny_model_dir}",
+        "--max-tokens",
+        "64",
+    ]
+    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+    server = ServerProcess(command, f"http://127.0.0.1:{port}/health", log_path)
+    server.start(timeout_s=120)
+    yield f"http://127.0.0.1:{port}/v1"
+    assert server.stop() == 0, server.log()
+
+
+@pytest.fixture
+def client(worker: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=worker, api_key="unused", max_retries=0, timeout=60) as client:
+        yield client
