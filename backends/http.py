@@ -82,6 +82,7 @@ class HttpUpstream:
             timeout=timeout,
             skip_auto_headers=("Accept-Encoding", "User-Agent"),
             auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def close(self) -> None:

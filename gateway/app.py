@@ -4,9 +4,10 @@ it explicitly. Nothing happens at import."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +17,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.http import HttpTimeouts, HttpUpstream
 from backends.launcher import LocalProcess, free_port
+from gateway.accesslog import AccessLog
 from gateway.auth import Authenticator
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.health import BackendHealth
@@ -38,6 +41,9 @@ def open_state_store(settings: Settings) -> StateStore:
     return RedisStateStore(settings.state.url, settings.state.prefix)
 
 
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
 @dataclass
 class Parts:
     """What the lifespan builds; handlers receive it explicitly."""
@@ -50,19 +56,25 @@ class Parts:
     processes: list[LocalProcess] = field(default_factory=list)
 
 
-def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> Starlette:
+def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> ASGIApp:
     env = dict(os.environ if environ is None else environ)
     metrics = Metrics()
+    access = AccessLog(enabled=settings.log_level in ("debug", "info"))
     holder: dict[str, Parts] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
-            parts = await _build(settings, env, metrics, stack)
+            parts = await _build(settings, env, metrics, access, stack)
             holder["parts"] = parts
             await parts.health.probe_all()
+            # Start-up objects live as long as the process: keep them out of every GC pass.
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(20_000, 20, 20)
             async with anyio.create_task_group() as group:
                 group.start_soon(parts.health.run)
+                group.start_soon(access.run)
                 yield
                 group.cancel_scope.cancel()
 
@@ -100,11 +112,43 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
         Route("/metrics", prometheus, methods=["GET"]),
     ]
     handlers: dict[Any, Any] = {HTTPException: _http_error}
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    return HotPath(
+        app,
+        {
+            "/v1/chat/completions": chat,
+            "/v1/completions": completions,
+            "/v1/embeddings": embeddings,
+        },
+    )
+
+
+class HotPath:
+    """Sends the OpenAI POST routes straight to their handler; everything else to Starlette.
+
+    The handlers catch every error themselves, so Starlette's router and two exception
+    middlewares (about a tenth of the CPU of a proxied request) add nothing for them.
+    """
+
+    def __init__(self, app: Starlette, routes: dict[str, Endpoint]) -> None:
+        self.app = app
+        self._routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self._routes.get(scope["path"]) if scope["type"] == "http" else None
+        if endpoint is None or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        response = await endpoint(Request(scope, receive))
+        await response(scope, receive, send)
 
 
 async def _build(
-    settings: Settings, env: dict[str, str], metrics: Metrics, stack: contextlib.AsyncExitStack
+    settings: Settings,
+    env: dict[str, str],
+    metrics: Metrics,
+    access: AccessLog,
+    stack: contextlib.AsyncExitStack,
 ) -> Parts:
     store = open_state_store(settings)
     stack.push_async_callback(store.close)
@@ -126,7 +170,7 @@ async def _build(
     )
     auth = Authenticator(store, configured_keys(settings.tenants, env))
     relay = Relay(upstreams, metrics)
-    pipeline = Pipeline(auth, catalog, relay, metrics, settings.limits.max_body_bytes)
+    pipeline = Pipeline(auth, catalog, relay, metrics, access, settings.limits.max_body_bytes)
     health = BackendHealth(upstreams, {b.name: b.health_path for b in settings.backends})
     return Parts(store, upstreams, health, pipeline, metrics, processes)
 

@@ -15,7 +15,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.accesslog import log_request
+from gateway.accesslog import AccessLog
 from gateway.auth import Authenticator
 from gateway.errors import BadRequest, BodyTooLarge, GatewayError, InternalError
 from gateway.metrics import Metrics
@@ -38,11 +38,11 @@ class Exchange:
     tenant: str | None = None
     model: str | None = None
 
-    def finish(self, metrics: Metrics, status: int, error: str | None) -> None:
+    def finish(self, metrics: Metrics, log: AccessLog, status: int, error: str | None) -> None:
         seconds = time.perf_counter() - self.started
         metrics.in_flight.dec()
         metrics.request_done(self.path, self.tenant or "-", self.model or "-", status, seconds)
-        log_request(
+        log.write(
             self.request_id, self.method, self.path, self.tenant, self.model, status, seconds, error
         )
 
@@ -54,12 +54,14 @@ class Pipeline:
         catalog: Catalog,
         relay: Relay,
         metrics: Metrics,
+        log: AccessLog,
         max_body_bytes: int,
     ) -> None:
         self._auth = auth
         self._catalog = catalog
         self._relay = relay
         self._metrics = metrics
+        self._access = log
         self._max_body = max_body_bytes
 
     async def openai(self, request: Request, kind: str) -> Response:
@@ -67,16 +69,16 @@ class Pipeline:
         try:
             response = await self._serve(request, kind, exchange)
         except GatewayError as exc:
-            exchange.finish(self._metrics, exc.status, exc.code or exc.type)
+            exchange.finish(self._metrics, self._access, exc.status, exc.code or exc.type)
             return exc.to_response(exchange.request_id)
         except Exception:
             # A bug: answer in OpenAI's shape, keep the traceback for the operator.
             _log.exception("unexpected error in request %s", exchange.request_id)
             error = InternalError("The gateway failed unexpectedly; the error was logged.")
-            exchange.finish(self._metrics, error.status, error.code)
+            exchange.finish(self._metrics, self._access, error.status, error.code)
             return error.to_response(exchange.request_id)
         if not isinstance(response, RelayedStream):
-            exchange.finish(self._metrics, response.status_code, None)
+            exchange.finish(self._metrics, self._access, response.status_code, None)
         return response
 
     async def models(self, request: Request) -> Response:
@@ -86,14 +88,16 @@ class Pipeline:
             exchange.tenant = principal.tenant
             body = _model_list(self._catalog.models_for(principal.tenant))
         except GatewayError as exc:
-            exchange.finish(self._metrics, exc.status, exc.code or exc.type)
+            exchange.finish(self._metrics, self._access, exc.status, exc.code or exc.type)
             return exc.to_response(exchange.request_id)
-        exchange.finish(self._metrics, 200, None)
+        exchange.finish(self._metrics, self._access, 200, None)
         return Response(body, 200, {"x-request-id": exchange.request_id}, "application/json")
 
     def _begin(self, request: Request) -> Exchange:
         self._metrics.in_flight.inc()
-        return Exchange(_request_id(request), request.method, request.url.path, time.perf_counter())
+        return Exchange(
+            _request_id(request), request.method, request.scope["path"], time.perf_counter()
+        )
 
     async def _serve(self, request: Request, kind: str, exchange: Exchange) -> Response:
         self._check_declared_size(request)
@@ -103,14 +107,14 @@ class Pipeline:
         body = parse_body(kind, raw)
         exchange.model = body.model
         route = self._catalog.route(principal.tenant, body.model)
-        upstream_path = request.url.path.removeprefix("/v1")
+        upstream_path = exchange.path.removeprefix("/v1")
         return await self._relay.send(
             route.backend,
             upstream_path,
             raw,
             exchange.request_id,
             bool(body.stream),
-            lambda status, error: exchange.finish(self._metrics, status, error),
+            lambda status, error: exchange.finish(self._metrics, self._access, status, error),
         )
 
     def _check_declared_size(self, request: Request) -> None:

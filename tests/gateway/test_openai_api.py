@@ -279,15 +279,21 @@ def test_metrics_health_and_readiness(gateway: Gateway) -> None:
 
 def test_access_log_is_json_and_has_no_secrets(gateway: Gateway) -> None:
     import json
+    import time
 
     _post(gateway, "/chat/completions", json=CHAT)
-    _post(gateway, "/chat/completions", "sk-leaked-candidate-999", json=CHAT)
+    last = _post(gateway, "/chat/completions", "sk-leaked-candidate-999", json=CHAT)
+    deadline = time.monotonic() + 2
+    while last.headers["x-request-id"] not in gateway.server.log():
+        assert time.monotonic() < deadline, "access line not written within 2 s"
+        time.sleep(0.02)
     lines = [json.loads(line) for line in gateway.server.log().splitlines() if line.startswith("{")]
     access = [line for line in lines if "request_id" in line]
     assert any(
         line["tenant"] == "alpha" and line["model"] == "echo" and line["status"] == 200
         for line in access
     )
+    assert any(line["status"] == 401 and line["tenant"] is None for line in access)
     assert all({"request_id", "status", "latency_ms", "path"} <= set(line) for line in access)
     log = gateway.server.log()
     for secret in (ALPHA_KEY, BETA_KEY, "sk-leaked-candidate-999", "upstream-secret-xyz"):
