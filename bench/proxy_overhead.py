@@ -146,6 +146,7 @@ def gateway_config(upstream_url: str, work_dir: Path) -> dict[str, Any]:
     return {
         "state": {"url": "memory", "path": str(work_dir / "state.json")},
         "backends": [fake_backend(upstream_url)],
+        "cache": {"enabled": False},  # the bare relay; the cache has its own benchmark
         "tenants": [
             {"name": "bench", "keys": [{"sha256": hashlib.sha256(KEY.encode()).hexdigest()}]}
         ],

@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -19,17 +19,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from backends.http import HttpTimeouts, HttpUpstream
-from backends.launcher import LocalProcess, free_port
 from gateway.accesslog import AccessLog
+from gateway.assembly import build_cache, build_pools, build_quotas
 from gateway.auth import Authenticator
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.forward import Pool
 from gateway.health import BackendHealth
 from gateway.keys import configured_keys
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
-from gateway.relay import Relay
-from gateway.settings import Backend, Settings
+from gateway.settings import Settings
 from gateway.state import FileStateStore, StateStore, StateStoreError
 from gateway.state_redis import RedisStateStore
 from gateway.tenants import Catalog
@@ -49,11 +48,9 @@ class Parts:
     """What the lifespan builds; handlers receive it explicitly."""
 
     store: StateStore
-    upstreams: dict[str, HttpUpstream]
+    pools: dict[str, Pool]
     health: BackendHealth
     pipeline: Pipeline
-    metrics: Metrics
-    processes: list[LocalProcess] = field(default_factory=list)
 
 
 def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> ASGIApp:
@@ -64,19 +61,18 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with contextlib.AsyncExitStack() as stack:
-            parts = await _build(settings, env, metrics, access, stack)
+        async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as group:
+            parts = await _build(settings, env, metrics, access, stack, group)
             holder["parts"] = parts
             await parts.health.probe_all()
+            group.start_soon(parts.health.run)
+            group.start_soon(access.run)
             # Start-up objects live as long as the process: keep them out of every GC pass.
             gc.collect()
             gc.freeze()
             gc.set_threshold(20_000, 20, 20)
-            async with anyio.create_task_group() as group:
-                group.start_soon(parts.health.run)
-                group.start_soon(access.run)
-                yield
-                group.cancel_scope.cancel()
+            yield
+            group.cancel_scope.cancel()
 
     def parts() -> Parts:
         return holder["parts"]
@@ -149,53 +145,31 @@ async def _build(
     metrics: Metrics,
     access: AccessLog,
     stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
 ) -> Parts:
     store = open_state_store(settings)
     stack.push_async_callback(store.close)
-    upstreams: dict[str, HttpUpstream] = {}
-    processes: list[LocalProcess] = []
-    for backend in settings.backends:
-        base_url = backend.base_url
-        if backend.launch is not None:
-            base_url, process = _launch_spec(backend)
-            stack.push_async_callback(process.stop)
-            await process.start(backend.launch.start_timeout_s)
-            processes.append(process)
-        upstream = _upstream(backend, base_url)
-        await upstream.start()
-        stack.push_async_callback(upstream.close)
-        upstreams[backend.name] = upstream
+    pools = await build_pools(settings, metrics, stack)
+    quotas = build_quotas(settings, metrics, stack, tasks)
+    cache = await build_cache(settings, metrics, stack, tasks)
     catalog = Catalog(
         {model: b.name for b in settings.backends for model in b.models}, settings.tenants
     )
     auth = Authenticator(store, configured_keys(settings.tenants, env))
-    relay = Relay(upstreams, metrics)
-    pipeline = Pipeline(auth, catalog, relay, metrics, access, settings.limits.max_body_bytes)
-    health = BackendHealth(upstreams, {b.name: b.health_path for b in settings.backends})
-    return Parts(store, upstreams, health, pipeline, metrics, processes)
-
-
-def _upstream(backend: Backend, base_url: str) -> HttpUpstream:
-    t = backend.timeouts
-    return HttpUpstream(
-        base_url,
-        backend.api_key.get_secret_value() if backend.api_key else None,
-        HttpTimeouts(t.connect_s, t.read_s, t.total_s),
-        backend.max_concurrency,
+    pipeline = Pipeline(
+        auth,
+        catalog,
+        pools,
+        quotas,
+        cache,
+        settings.traffic,
+        metrics,
+        access,
+        settings.limits.max_body_bytes,
     )
-
-
-def _launch_spec(backend: Backend) -> tuple[str, LocalProcess]:
-    assert backend.launch is not None
-    port = str(backend.launch.port or free_port())
-    base_url = backend.base_url.replace("{port}", port)
-    command = [
-        part.replace("{port}", port).replace("{python}", sys.executable)
-        for part in backend.launch.command
-    ]
-    root = base_url.split("/v1")[0] if "/v1" in base_url else base_url
-    ready_url = root + backend.launch.ready_path
-    return base_url, LocalProcess(command, backend.launch.env, ready_url)
+    upstreams = {name: pool.upstream for name, pool in pools.items()}
+    health = BackendHealth(upstreams, {b.name: b.health_path for b in settings.backends})
+    return Parts(store, pools, health, pipeline)
 
 
 async def _readiness(parts: Parts) -> Response:

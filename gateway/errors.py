@@ -8,7 +8,10 @@
     ├── NotFound                  404     invalid_request_error  (unknown route)
     ├── MethodNotAllowed          405     invalid_request_error
     ├── BodyTooLarge              413     invalid_request_error
+    ├── QuotaExceeded             429     rate_limit_error       (Retry-After, x-ratelimit-*)
     ├── StateUnavailable          503     service_unavailable    (Retry-After)
+    ├── Overloaded                503     service_unavailable    (shed from the queue; Retry-After)
+    ├── BackendUnavailable        503     service_unavailable    (circuit open; Retry-After)
     ├── UpstreamError             502     upstream_error         (refused, reset, bad answer)
     ├── UpstreamTimeout           504     timeout_error
     └── InternalError             500     server_error           (a bug; logged with traceback)
@@ -28,18 +31,27 @@ class GatewayError(Exception):
     code: str | None = None
 
     def __init__(
-        self, message: str, *, param: str | None = None, retry_after: int | None = None
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        retry_after: int | None = None,
+        headers: dict[str, str] | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.retry_after = retry_after
+        self.headers = headers or {}
+        if code is not None:
+            self.code = code
 
     def body(self) -> bytes:
         return error_body(self.message, self.type, self.param, self.code)
 
     def to_response(self, request_id: str) -> Response:
-        headers = {"x-request-id": request_id}
+        headers = {**self.headers, "x-request-id": request_id}
         if self.retry_after is not None:
             headers["retry-after"] = str(self.retry_after)
         if self.status == 401:
@@ -94,6 +106,24 @@ class BodyTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class QuotaExceeded(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class Overloaded(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "overloaded"
+
+
+class BackendUnavailable(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "backend_unavailable"
 
 
 class StateUnavailable(GatewayError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -52,14 +53,19 @@ _ADAPTERS: dict[str, TypeAdapter[Any]] = {
 }
 
 
-def parse_body(kind: str, raw: bytes) -> Body:
+def parse_body(kind: str, raw: bytes) -> tuple[Body, dict[str, Any]]:
+    """The checked body, and the same body as plain JSON values (for quotas and the cache)."""
     if not raw:
         raise BadRequest("The request body is empty; send a JSON object.")
     try:
-        body: Body = _ADAPTERS[kind].validate_json(raw)
+        fields = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"We could not parse the JSON body of your request: {exc}") from exc
+    try:
+        body: Body = _ADAPTERS[kind].validate_python(fields)
     except ValidationError as exc:
         raise _bad_request(exc) from exc
-    return body
+    return body, fields
 
 
 def _bad_request(exc: ValidationError) -> BadRequest:

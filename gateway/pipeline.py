@@ -1,6 +1,10 @@
-"""The request path, top to bottom: limit → authenticate → parse → route → relay → record.
+"""The request path, top to bottom:
 
-Later stages (quotas, cache, scheduler, cold start) slot in between route and relay.
+    limit → authenticate → parse → route → admit (quotas) → cache → queue (fair, shed)
+          → forward (breaker, retries) → relay (whole or stream) → settle → store → record
+
+Everything a request holds (quota reservation, queue slot) is given back by `Ticket.close`,
+exactly once, however the request ends.
 """
 
 from __future__ import annotations
@@ -9,22 +13,38 @@ import logging
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+import anyio
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.accesslog import AccessLog
+from gateway.answer_cache import AnswerCache, Probe
 from gateway.auth import Authenticator
-from gateway.errors import BadRequest, BodyTooLarge, GatewayError, InternalError
+from gateway.errors import (
+    BadRequest,
+    BodyTooLarge,
+    GatewayError,
+    InternalError,
+    QuotaExceeded,
+    StateUnavailable,
+)
+from gateway.forward import Admitted, Pool, attempt_upstream, take_slot
 from gateway.metrics import Metrics
 from gateway.openai_schema import parse_body
-from gateway.relay import Relay, RelayedStream
+from gateway.quotas import Admission, QuotaEnforcer, QuotaLimits, estimate_tokens
+from gateway.relay import Outcome, stream, whole
+from gateway.scheduler import Slot
+from gateway.settings import Tenant, TrafficSettings
 from gateway.tenants import Catalog
+from gateway.usage import Usage, UsageTap, usage_of
 
 _log = logging.getLogger("gateway.pipeline")
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_PRIORITIES = ("interactive", "batch")
 
 
 @dataclass
@@ -47,21 +67,43 @@ class Exchange:
         )
 
 
+@dataclass
+class Ticket:
+    """What one admitted request holds until its answer is over."""
+
+    exchange: Exchange
+    tenant: str
+    estimate: int
+    admission: Admission
+    probe: Probe | None = None
+    slot: Slot | None = None
+    backend: str | None = None
+    upstream_started: float | None = None
+    tap: UsageTap = field(default_factory=UsageTap)
+    closed: bool = False
+
+
 class Pipeline:
     def __init__(
         self,
         auth: Authenticator,
         catalog: Catalog,
-        relay: Relay,
+        pools: dict[str, Pool],
+        quotas: QuotaEnforcer,
+        cache: AnswerCache,
+        traffic: TrafficSettings,
         metrics: Metrics,
-        log: AccessLog,
+        access: AccessLog,
         max_body_bytes: int,
     ) -> None:
         self._auth = auth
         self._catalog = catalog
-        self._relay = relay
+        self._pools = pools
+        self._quotas = quotas
+        self._cache = cache
+        self._traffic = traffic
         self._metrics = metrics
-        self._access = log
+        self._access = access
         self._max_body = max_body_bytes
 
     async def openai(self, request: Request, kind: str) -> Response:
@@ -77,8 +119,6 @@ class Pipeline:
             error = InternalError("The gateway failed unexpectedly; the error was logged.")
             exchange.finish(self._metrics, self._access, error.status, error.code)
             return error.to_response(exchange.request_id)
-        if not isinstance(response, RelayedStream):
-            exchange.finish(self._metrics, self._access, response.status_code, None)
         return response
 
     async def models(self, request: Request) -> Response:
@@ -95,27 +135,176 @@ class Pipeline:
 
     def _begin(self, request: Request) -> Exchange:
         self._metrics.in_flight.inc()
-        return Exchange(
-            _request_id(request), request.method, request.scope["path"], time.perf_counter()
-        )
+        path = request.scope["path"]
+        return Exchange(_request_id(request), request.method, path, time.perf_counter())
 
     async def _serve(self, request: Request, kind: str, exchange: Exchange) -> Response:
         self._check_declared_size(request)
         principal = await self._auth.authenticate(request.headers.get("authorization"))
         exchange.tenant = principal.tenant
         raw = await self._read_body(request)
-        body = parse_body(kind, raw)
+        body, fields = parse_body(kind, raw)
         exchange.model = body.model
         route = self._catalog.route(principal.tenant, body.model)
-        upstream_path = exchange.path.removeprefix("/v1")
-        return await self._relay.send(
-            route.backend,
-            upstream_path,
+        tenant = self._catalog.tenant(principal.tenant)
+        ticket = await self._admit(exchange, tenant, fields)
+        try:
+            return await self._answer(request, kind, raw, fields, tenant, route.backend, ticket)
+        except BaseException as exc:
+            # Errors are answered (and recorded) by the caller; a cancellation is not.
+            answered = isinstance(exc, Exception)
+            status = exc.status if isinstance(exc, GatewayError) else 500 if answered else 499
+            await self._close(ticket, Outcome(status, type(exc).__name__), finish=not answered)
+            raise
+
+    async def _admit(self, exchange: Exchange, tenant: Tenant, fields: dict[str, Any]) -> Ticket:
+        estimate = estimate_tokens(fields, self._traffic.default_max_tokens)
+        q = tenant.quotas
+        limits = QuotaLimits(
+            q.requests_per_minute,
+            q.tokens_per_minute,
+            q.max_concurrent,
+            q.tokens_per_day,
+            q.tokens_per_month,
+        )
+        admission = await self._quotas.admit(tenant.name, limits, estimate)
+        if not admission.allowed:
+            self._metrics.quota_rejected(tenant.name, admission.reason or "unknown")
+            raise _refusal(admission)
+        return Ticket(exchange, tenant.name, estimate, admission)
+
+    async def _answer(
+        self,
+        request: Request,
+        kind: str,
+        raw: bytes,
+        fields: dict[str, Any],
+        tenant: Tenant,
+        backend: str,
+        ticket: Ticket,
+    ) -> Response:
+        exchange = ticket.exchange
+        streamed = fields.get("stream") is True
+        ticket.probe = self._cache.probe(tenant, exchange.model or "", kind, fields, request)
+        if ticket.probe is not None:
+            cached = await self._cache.lookup(ticket.probe, streamed, exchange.request_id)
+            if cached is not None:
+                await self._close(ticket, Outcome(200, None), cached=True)
+                return self._with_headers(cached, ticket)
+        pool = self._pools[backend]
+        timeout_s = self._deadline_s(request, tenant)
+        ticket.slot = await take_slot(
+            pool, self._admitted(request, tenant, ticket, fields, timeout_s)
+        )
+        ticket.backend = pool.name
+        self._metrics.queue_waited(pool.name, tenant.priority, ticket.slot.waited_s)
+        ticket.upstream_started = time.perf_counter()
+        upstream = await attempt_upstream(
+            pool,
+            exchange.path.removeprefix("/v1"),
             raw,
             exchange.request_id,
-            bool(body.stream),
-            lambda status, error: exchange.finish(self._metrics, self._access, status, error),
+            time.monotonic() + timeout_s,
+            self._metrics,
         )
+        if streamed and upstream.status == 200:
+            recorder = self._cache.recorder(ticket.probe)
+
+            def tap(data: bytes) -> None:
+                ticket.tap(data)
+                if recorder is not None:
+                    recorder.feed(data)
+
+            async def finish(outcome: Outcome) -> None:
+                body = recorder.result() if recorder is not None and outcome.status == 200 else None
+                await self._close(ticket, Outcome(outcome.status, outcome.error, body))
+
+            response = stream(pool.name, upstream, exchange.request_id, self._metrics, tap, finish)
+            return self._with_headers(response, ticket)
+        response, content = await whole(pool.name, upstream, exchange.request_id, self._metrics)
+        await self._close(ticket, Outcome(response.status_code, None, content))
+        return self._with_headers(response, ticket)
+
+    def _admitted(
+        self,
+        request: Request,
+        tenant: Tenant,
+        ticket: Ticket,
+        fields: dict[str, Any],
+        timeout_s: float,
+    ) -> Admitted:
+        completion = fields.get("max_completion_tokens") or fields.get("max_tokens")
+        output = completion if isinstance(completion, int) else self._traffic.default_max_tokens
+        return Admitted(
+            tenant.name,
+            tenant.weight,
+            self._priority(request, tenant),
+            max(0, ticket.estimate - output),
+            output,
+            timeout_s,
+        )
+
+    def _priority(self, request: Request, tenant: Tenant) -> str:
+        asked = request.headers.get("x-priority")
+        if tenant.priority_header and asked in _PRIORITIES:
+            return str(asked)
+        return tenant.priority
+
+    def _deadline_s(self, request: Request, tenant: Tenant) -> float:
+        default = self._traffic.deadline_s.get(tenant.priority, 60.0)
+        for header in ("x-request-timeout", "x-stainless-timeout"):
+            value = request.headers.get(header)
+            if value is not None:
+                try:
+                    asked = float(value)
+                except ValueError:
+                    continue
+                if 0 < asked < default:
+                    return asked
+        return default
+
+    async def _close(
+        self, ticket: Ticket, outcome: Outcome, *, finish: bool = True, cached: bool = False
+    ) -> None:
+        """Gives back what the request held; records it. Runs once, shielded from cancel."""
+        if ticket.closed:
+            return
+        ticket.closed = True
+        with anyio.CancelScope(shield=True):
+            usage = self._usage(ticket, outcome, cached)
+            if ticket.admission.reservation is not None:
+                await self._quotas.settle(ticket.admission.reservation, usage.total)
+        self._release(ticket, usage)
+        if not cached:
+            self._metrics.tokens(ticket.tenant, usage.prompt, usage.completion)
+        if ticket.upstream_started is not None and ticket.backend is not None:
+            elapsed = time.perf_counter() - ticket.upstream_started
+            self._metrics.upstream_done(ticket.backend, elapsed)
+        if outcome.status == 200 and outcome.body is not None and ticket.probe is not None:
+            self._cache.store_later(ticket.probe, outcome.body)
+        if finish:
+            ticket.exchange.finish(self._metrics, self._access, outcome.status, outcome.error)
+
+    def _usage(self, ticket: Ticket, outcome: Outcome, cached: bool) -> Usage:
+        if cached or ticket.upstream_started is None:
+            return Usage(0, 0)  # nothing reached a model: the whole reservation goes back
+        if outcome.body is not None:
+            return usage_of(outcome.body) or Usage(ticket.estimate, 0)
+        return ticket.tap.usage(ticket.estimate)
+
+    def _release(self, ticket: Ticket, usage: Usage) -> None:
+        if ticket.slot is None:
+            return
+        if ticket.upstream_started is None:
+            ticket.slot.abandon()
+        else:
+            ticket.slot.release(usage.prompt, usage.completion)
+
+    def _with_headers(self, response: Response, ticket: Ticket) -> Response:
+        headers = {**ticket.admission.headers, **self._cache.miss_headers(ticket.probe)}
+        for name, value in headers.items():
+            response.headers.setdefault(name, value)
+        return response
 
     def _check_declared_size(self, request: Request) -> None:
         declared = request.headers.get("content-length")
@@ -134,6 +323,23 @@ class Pipeline:
         except ClientDisconnect as exc:
             raise BadRequest("The client closed the connection before sending the body.") from exc
         return b"".join(parts)
+
+
+def _refusal(admission: Admission) -> GatewayError:
+    if admission.unavailable:
+        return StateUnavailable(
+            "The quota store is unreachable and this tenant's budget cannot be checked.",
+            retry_after=1,
+            headers=admission.headers,
+        )
+    reason = admission.reason or "quota"
+    if admission.retry_after_s is None:
+        message = f"This request alone exceeds your {reason.replace('_', ' ')} limit."
+    else:
+        message = f"Rate limit reached for {reason.replace('_', ' ')}; retry later."
+    budget = reason in ("tokens_per_day", "tokens_per_month")
+    code = "insufficient_quota" if budget else "rate_limit_exceeded"
+    return QuotaExceeded(message, headers=admission.headers, code=code)
 
 
 def _request_id(request: Request) -> str:

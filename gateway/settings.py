@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
+Priority = Literal["interactive", "batch"]
 Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -95,12 +96,13 @@ class Backend(_Strict):
 
 
 class Quotas(_Strict):
-    """Declared per tenant; enforced by the traffic-control layer (see README)."""
+    """Per-tenant limits, shared by all replicas through the state store (None: unlimited)."""
 
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
     max_concurrent: int | None = Field(default=None, ge=1)
     tokens_per_day: int | None = Field(default=None, ge=1)
+    tokens_per_month: int | None = Field(default=None, ge=1)
 
 
 class DeclaredKey(_Strict):
@@ -125,9 +127,50 @@ class Tenant(_Strict):
     name: Name
     weight: float = Field(default=1.0, gt=0)
     priority: Literal["interactive", "batch"] = "interactive"
+    # May requests choose their class with the `x-priority` header (never above `priority`
+    # unless this is true)?
+    priority_header: bool = False
     models: list[str] = Field(default_factory=lambda: ["*"])
     quotas: Quotas = Quotas()
     keys: list[DeclaredKey] = Field(default_factory=list)
+    # Tenants naming the same group share cache entries; otherwise a tenant's entries are its own.
+    cache_group: Name | None = None
+
+
+class CacheSettings(_Strict):
+    """The semantic cache. See README "Semantic cache" for the tiers and their defaults."""
+
+    enabled: bool = True
+    model_path: str | None = None  # a sentence-transformers folder; None: the packaged MiniLM
+    device: str | None = None  # None: cuda when available, else cpu
+    path: Path = Path(".gateway/cache")  # where the `memory` state store persists entries
+    ttl_s: float = Field(default=7 * 86400, gt=0)
+    max_entries_per_namespace: int = Field(default=10_000, ge=1)
+    lookup_budget_ms: float = Field(default=50.0, gt=0)
+    batch_window_ms: float = Field(default=2.0, ge=0)
+    max_batch: int = Field(default=32, ge=1)
+    max_temperature: float = Field(default=1.0, ge=0)
+    cacheable_tools: list[str] = Field(default_factory=list)
+    semantic: bool = True  # tier 3 (verified embedding similarity); tiers 1-2 always on
+
+
+def _default_deadlines() -> dict[Priority, float]:
+    return {"interactive": 60.0, "batch": 600.0}
+
+
+class TrafficSettings(_Strict):
+    """Fair queueing, load shedding, retries and circuit breaking in front of each backend."""
+
+    # How long a request may take end to end when the client does not say (with the
+    # `x-request-timeout` header, or the `openai` SDK's `x-stainless-timeout`), by class.
+    deadline_s: dict[Priority, float] = Field(default_factory=_default_deadlines)
+    max_queue: int = Field(default=1024, ge=0)  # waiting requests per backend
+    default_max_tokens: int = Field(default=256, ge=1)  # reserved when a request sets none
+    output_weight: float = Field(default=2.0, gt=0)  # cost of an output token vs an input one
+    retry_budget_ratio: float = Field(default=0.2, ge=0, le=1)
+    breaker: bool = True  # circuit breaking per backend replica
+    breaker_failures: int = Field(default=5, ge=1)  # consecutive, or half of the last 20
+    breaker_open_s: float = Field(default=5.0, gt=0)
 
 
 class Limits(_Strict):
@@ -138,6 +181,8 @@ class Settings(_Strict):
     listen: Listen = Listen()
     state: StateSettings = StateSettings()
     limits: Limits = Limits()
+    cache: CacheSettings = CacheSettings()
+    traffic: TrafficSettings = TrafficSettings()
     backends: list[Backend] = Field(min_length=1)
     tenants: list[Tenant] = Field(default_factory=list)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -32,14 +32,14 @@ class Catalog:
     def allows(self, tenant: str, model: str) -> bool:
         answer = self._allowed.get((tenant, model))
         if answer is None:
-            answer = any(fnmatchcase(model, p) for p in self._tenant(tenant).models)
+            answer = any(fnmatchcase(model, p) for p in self.tenant(tenant).models)
             self._allowed[(tenant, model)] = answer
         return answer
 
     def models_for(self, tenant: str) -> list[str]:
         return [model for model in self._routes if self.allows(tenant, model)]
 
-    def _tenant(self, name: str) -> Tenant:
+    def tenant(self, name: str) -> Tenant:
         tenant = self._tenants.get(name)
         if tenant is None:
             # A key whose tenant was removed from the configuration.

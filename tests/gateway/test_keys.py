@@ -24,6 +24,7 @@ def test_key_created_used_and_revoked_on_every_replica(
     config = {
         "state": {"url": redis_url, "prefix": redis_prefix},
         "backends": [fake_backend(fake_upstream)],
+        "cache": {"enabled": False},
         "tenants": [{"name": "acme"}],
     }
     first, second = gateway_factory(config), gateway_factory(config)
@@ -61,6 +62,7 @@ def test_unknown_tenant_is_refused_by_cli(
     config = {
         "state": {"url": "memory", "path": str(tmp_path / "state.json")},
         "backends": [fake_backend(fake_upstream)],
+        "cache": {"enabled": False},
         "tenants": [{"name": "acme"}],
     }
     gateway = gateway_factory(config)
@@ -74,6 +76,7 @@ def test_memory_store_keys_persist_and_revoke_while_running(
     config = {
         "state": {"url": "memory", "path": str(tmp_path / "state.json")},
         "backends": [fake_backend(fake_upstream)],
+        "cache": {"enabled": False},
         "tenants": [{"name": "acme"}],
     }
     gateway = gateway_factory(config)
@@ -103,6 +106,7 @@ def test_redis_down_unknown_key_gets_503_not_401(
     config = {
         "state": {"url": dead},
         "backends": [fake_backend(fake_upstream)],
+        "cache": {"enabled": False},
         "tenants": [{"name": "acme"}],
     }
     gateway = gateway_factory(config)

@@ -22,6 +22,7 @@ def gateway(fake_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "state": {"url": "memory", "path": str(work / "state.json")},
         "limits": {"max_body_bytes": 64 * 1024},
         "backends": [fake_backend(fake_upstream, timeouts={"read_s": 1.0})],
+        "cache": {"enabled": False},
         "tenants": [
             {"name": "alpha", "keys": [{"sha256": hash_of(ALPHA_KEY)}]},
             {"name": "beta", "models": ["echo"], "keys": [{"sha256": hash_of(BETA_KEY)}]},

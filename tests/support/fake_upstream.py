@@ -7,6 +7,7 @@ misbehaves on purpose for some model names:
     slow            waits `x_delay` seconds (body field) before answering
     error-500       answers HTTP 500
     busy-429        answers HTTP 429 with Retry-After: 7
+    always-503      answers HTTP 503 (no Retry-After): a backend that is down
     die-midstream   streams two chunks, then breaks the connection
     hang-midstream  streams two chunks, then waits until the client goes away
     no-done         streams the answer but ends without `data: [DONE]`
@@ -31,7 +32,16 @@ import uvicorn
 
 Scope = dict[str, Any]
 
-MODELS = ["echo", "slow", "error-500", "busy-429", "die-midstream", "hang-midstream", "no-done"]
+MODELS = [
+    "echo",
+    "slow",
+    "error-500",
+    "busy-429",
+    "always-503",
+    "die-midstream",
+    "hang-midstream",
+    "no-done",
+]
 
 
 class FakeUpstream:
@@ -50,6 +60,8 @@ class FakeUpstream:
         self.stats["requests"] += 1
         self.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         body = orjson.loads(await _read(receive))
+        counted = f"model:{body.get('model')}"
+        self.stats[counted] = self.stats.get(counted, 0) + 1
         await self._post(path, body, receive, send)
 
     async def _get(self, path: str, send: Any) -> None:
@@ -73,6 +85,9 @@ class FakeUpstream:
             await _json(
                 send, 500, {"error": {"message": "internal failure", "type": "server_error"}}
             )
+        elif model == "always-503":
+            error = {"error": {"message": "down", "type": "server_error"}}
+            await _json(send, 503, error)
         elif model == "busy-429":
             error = {"error": {"message": "busy", "type": "rate_limit_error", "code": "busy"}}
             await _json(send, 429, error, [(b"retry-after", b"7")])

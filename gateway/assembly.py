@@ -1,0 +1,172 @@
+"""Builds the long-lived parts from settings: backend pools, quotas, the answer cache, and
+the metrics read from them at scrape time. Called once, from the app's lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterable
+
+import anyio.to_thread
+from anyio.abc import TaskGroup
+from prometheus_client.core import Metric
+
+from backends.http import HttpTimeouts, HttpUpstream
+from backends.launcher import LocalProcess, free_port
+from cache.store import CacheStore
+from gateway.answer_cache import AnswerCache
+from gateway.breaker import CircuitBreaker
+from gateway.forward import Pool
+from gateway.metrics import Metrics, counter, gauge
+from gateway.quotas import LocalQuotas, QuotaEnforcer
+from gateway.quotas_redis import RedisQuotas
+from gateway.retry import RetryBudget
+from gateway.scheduler import FairScheduler
+from gateway.settings import Backend, Settings
+
+
+async def build_pools(
+    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack
+) -> dict[str, Pool]:
+    pools: dict[str, Pool] = {}
+    traffic = settings.traffic
+    for backend in settings.backends:
+        base_url = backend.base_url
+        if backend.launch is not None:
+            base_url, process = _launch_spec(backend)
+            stack.push_async_callback(process.stop)
+            await process.start(backend.launch.start_timeout_s)
+        upstream = _upstream(backend, base_url)
+        await upstream.start()
+        stack.push_async_callback(upstream.close)
+
+        def waited(priority: str, seconds: float, name: str = backend.name) -> None:
+            metrics.queue_waited(name, priority, seconds)
+
+        scheduler = FairScheduler(
+            backend.max_concurrency,
+            traffic.max_queue,
+            output_weight=traffic.output_weight,
+            on_wait=waited,
+        )
+        budget = RetryBudget(ratio=traffic.retry_budget_ratio)
+        breaker = (
+            CircuitBreaker(traffic.breaker_failures, open_s=traffic.breaker_open_s)
+            if traffic.breaker
+            else None
+        )
+        pools[backend.name] = Pool(backend.name, upstream, scheduler, budget, breaker)
+    metrics.add_snapshots(lambda: _pool_metrics(pools))
+    return pools
+
+
+def build_quotas(
+    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+) -> QuotaEnforcer:
+    if settings.state.url == "memory":
+        return LocalQuotas()
+    quotas = RedisQuotas(
+        settings.state.url, settings.state.prefix, on_fallback=metrics.quota_fallback
+    )
+    stack.push_async_callback(quotas.close)
+    tasks.start_soon(quotas.run)
+    return quotas
+
+
+async def build_cache(
+    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+) -> AnswerCache:
+    config = settings.cache
+    if not config.enabled:
+        return AnswerCache(config, None, None, None, None, metrics)
+    from cache.decision import DecisionSettings
+    from cache.embedder import BatchingEmbedder, load_embedder
+    from cache.verifier import PairVerifier
+
+    encoder = await anyio.to_thread.run_sync(load_embedder, config.model_path, config.device)
+    verifier = await anyio.to_thread.run_sync(PairVerifier.load)
+    embedder = BatchingEmbedder(
+        encoder, window_ms=config.batch_window_ms, max_batch=config.max_batch
+    )
+    await embedder.start()
+    stack.push_async_callback(embedder.close)
+    store = _cache_store(settings, encoder.dimension)
+    await store.start(tasks)
+    stack.push_async_callback(store.close)
+    metrics.add_snapshots(lambda: _cache_metrics(store.stats()))
+    cache = AnswerCache(config, store, embedder, verifier, DecisionSettings(), metrics)
+    cache.start(tasks)
+    return cache
+
+
+def _cache_store(settings: Settings, dim: int) -> CacheStore:
+    from cache.store import LocalCacheStore
+    from cache.store_redis import RedisCacheStore
+
+    config = settings.cache
+    if settings.state.url == "memory":
+        return LocalCacheStore(config.path / "entries.bin", dim, config.max_entries_per_namespace)
+    return RedisCacheStore(
+        settings.state.url, settings.state.prefix, dim, config.max_entries_per_namespace
+    )
+
+
+def _upstream(backend: Backend, base_url: str) -> HttpUpstream:
+    t = backend.timeouts
+    return HttpUpstream(
+        base_url,
+        backend.api_key.get_secret_value() if backend.api_key else None,
+        HttpTimeouts(t.connect_s, t.read_s, t.total_s),
+        backend.max_concurrency,
+    )
+
+
+def _launch_spec(backend: Backend) -> tuple[str, LocalProcess]:
+    assert backend.launch is not None
+    port = str(backend.launch.port or free_port())
+    base_url = backend.base_url.replace("{port}", port)
+    command = [
+        part.replace("{port}", port).replace("{python}", sys.executable)
+        for part in backend.launch.command
+    ]
+    root = base_url.split("/v1")[0] if "/v1" in base_url else base_url
+    return base_url, LocalProcess(command, backend.launch.env, root + backend.launch.ready_path)
+
+
+def _pool_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
+    depth = gauge(
+        "gateway_queue_depth", "Requests waiting per backend and class.", ["backend", "class"]
+    )
+    busy = gauge("gateway_backend_in_flight", "Requests dispatched to a backend.", ["backend"])
+    shed = counter(
+        "gateway_shed",
+        "Requests shed, by backend, class and reason.",
+        ["backend", "class", "reason"],
+    )
+    breaker = gauge(
+        "gateway_breaker_open", "1 while a backend's circuit is open or half-open.", ["backend"]
+    )
+    exhausted = counter(
+        "gateway_retry_budget_exhausted", "Retries refused by the budget.", ["backend"]
+    )
+    for name, pool in pools.items():
+        snap = pool.scheduler.snapshot()
+        for priority, waiting in snap.depth.items():
+            depth.add_metric([name, priority], waiting)
+        busy.add_metric([name], snap.in_flight)
+        for (priority, reason), count in snap.shed.items():
+            shed.add_metric([name, priority, reason], count)
+        state = pool.breaker.state if pool.breaker is not None else "closed"
+        breaker.add_metric([name], 0 if state == "closed" else 1)
+        exhausted.add_metric([name], pool.budget.snapshot().exhausted)
+    return [depth, busy, shed, breaker, exhausted]
+
+
+def _cache_metrics(stats: dict[str, int]) -> Iterable[Metric]:
+    entries = gauge("gateway_cache_entries", "Entries in the cache.", [])
+    entries.add_metric([], stats.get("entries", 0))
+    evictions = counter("gateway_cache_evictions", "Entries evicted (LRU).", [])
+    evictions.add_metric([], stats.get("evictions", 0))
+    expired = counter("gateway_cache_expired", "Entries removed after their TTL.", [])
+    expired.add_metric([], stats.get("expired", 0))
+    return [entries, evictions, expired]

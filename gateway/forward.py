@@ -1,0 +1,133 @@
+"""Sending a request to its backend: the fair queue, the circuit breaker, and budgeted
+retries before the first byte. This is the gateway's only retry layer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+
+from backends.errors import (
+    BackendError,
+    UpstreamConnectError,
+    UpstreamTimeoutError,
+)
+from backends.http import HttpUpstream, UpstreamResponse
+from gateway.breaker import CircuitBreaker, counts_as_failure
+from gateway.errors import BackendUnavailable, Overloaded
+from gateway.metrics import Metrics
+from gateway.relay import translate
+from gateway.retry import Outcome, RetryBudget, is_retryable, parse_retry_after, should_retry
+from gateway.scheduler import FairScheduler, Shed, Slot
+
+
+@dataclass
+class Pool:
+    """One backend: its upstream, queue, retry budget and (single replica's) breaker."""
+
+    name: str
+    upstream: HttpUpstream
+    scheduler: FairScheduler
+    budget: RetryBudget
+    breaker: CircuitBreaker | None
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request's place in the queue, for the scheduler: who, how big, until when."""
+
+    tenant: str
+    weight: float
+    priority: str
+    input_tokens: int
+    max_output_tokens: int
+    timeout_s: float  # the client's whole deadline, from now
+
+
+async def take_slot(pool: Pool, request: Admitted) -> Slot:
+    """Waits in the backend's fair queue; 503 with Retry-After when shed."""
+    # The answer must also arrive before the deadline: dispatch no later than one
+    # typical service time before it.
+    latest = time.monotonic() + max(0.0, request.timeout_s - pool.scheduler.mean_service_s)
+    try:
+        return await pool.scheduler.acquire(
+            request.tenant,
+            request.weight,
+            request.priority,
+            request.input_tokens,
+            request.max_output_tokens,
+            latest,
+        )
+    except Shed as exc:
+        raise Overloaded(
+            f"The backend '{pool.name}' is overloaded ({exc.reason}); retry later.",
+            retry_after=max(1, math.ceil(exc.retry_after_s)),
+        ) from exc
+
+
+async def attempt_upstream(
+    pool: Pool,
+    path: str,
+    body: bytes,
+    request_id: str,
+    deadline: float,
+    metrics: Metrics,
+    rng: Callable[[], float] = random.random,
+) -> UpstreamResponse:
+    """The upstream's answer (headers arrived; body unread), after at most three attempts.
+
+    A retryable status that is not retried (attempts or budget exhausted) is returned as
+    the answer; the caller relays or maps it. Failures without an answer raise.
+    """
+    pool.budget.on_request()
+    headers = {"content-type": "application/json", "x-request-id": request_id}
+    attempt = 1
+    while True:
+        breaker = pool.breaker
+        if breaker is not None and not breaker.allow():
+            raise BackendUnavailable(
+                f"The backend '{pool.name}' is failing; its circuit is open.",
+                retry_after=max(1, math.ceil(breaker.config.open_s)),
+            )
+        upstream, failure = await _try(pool.upstream, path, body, headers)
+        outcome: Outcome = upstream.status if upstream is not None else _kind(failure)
+        if breaker is not None:
+            breaker.record(not counts_as_failure(outcome))
+        if upstream is not None and not is_retryable(outcome):
+            return upstream
+        retry_after = None
+        if upstream is not None:
+            retry_after = parse_retry_after(upstream.headers.get("retry-after"), time.time())
+        decision = should_retry(attempt, outcome, retry_after, deadline - time.monotonic(), rng=rng)
+        if not decision.retry or not pool.budget.try_spend():
+            if upstream is not None:
+                return upstream
+            assert failure is not None
+            raise translate(pool.name, failure, metrics) from failure
+        metrics.retried(pool.name, decision.reason)
+        if upstream is not None:
+            upstream.close()
+        await anyio.sleep(decision.delay_s)
+        attempt += 1
+
+
+async def _try(
+    upstream: HttpUpstream, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[UpstreamResponse | None, BackendError | None]:
+    try:
+        return await upstream.post(path, body, headers), None
+    except BackendError as exc:
+        return None, exc
+
+
+def _kind(failure: BackendError | None) -> Outcome:
+    if isinstance(failure, UpstreamConnectError):
+        return "connect_error"
+    if isinstance(failure, UpstreamTimeoutError):
+        return "timeout"
+    return "protocol_error"

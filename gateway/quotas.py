@@ -1,0 +1,428 @@
+"""Per-tenant quotas: requests and tokens per minute, concurrent requests, token budgets.
+
+A request is admitted before it runs and settled after it ran:
+
+    admission = await quotas.admit(tenant, limits, estimate_tokens(body))
+    ...                                   # refused: 429 (503 when `unavailable`)
+    await quotas.settle(admission.reservation, used_tokens)   # always, exactly once
+
+Admission reserves the estimated tokens (prompt + `max_tokens`) in every token bucket at
+once, so concurrent requests cannot together overrun a token limit; settle refunds what
+was not used (or charges the excess) and releases the concurrency slot.
+
+Per-minute limits are GCRA buckets (one "theoretical arrival time" per bucket, advanced
+by cost x emission interval): a full minute's worth may be spent at once, and it refills
+continuously, as OpenAI's own limits do. Budgets per day and per month are counters that
+reset at UTC calendar boundaries.
+
+`LocalQuotas` keeps this state in process: the embedded default, and the fallback of
+`RedisQuotas` (gateway/quotas_redis.py), which shares it between replicas. Both implement
+`QuotaEnforcer`. The decisions themselves are pure functions, with the clock passed in.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+MINUTE_S = 60.0
+DAY_S = 86_400.0
+# No clock says when a concurrency slot frees up: suggest a short wait.
+CONCURRENCY_RETRY_S = 1.0
+DEFAULT_COMPLETION_TOKENS = 256
+DEFAULT_LEASE_TTL_S = 600.0
+# Float slack when comparing a bucket's fill with its period.
+_EPS_S = 1e-6
+
+# Reason codes, in the order the Redis script numbers them (1-based).
+REASONS = (
+    "requests_per_minute",
+    "tokens_per_minute",
+    "max_concurrent",
+    "tokens_per_day",
+    "tokens_per_month",
+)
+STATE_UNAVAILABLE = "state_unavailable"
+
+
+@dataclass(frozen=True)
+class QuotaLimits:
+    """A tenant's limits; None means unlimited."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent: int | None = None
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+
+    @property
+    def unlimited(self) -> bool:
+        return all(v is None for v in (*self.rates(), *self.budgets()))
+
+    @property
+    def has_budgets(self) -> bool:
+        return any(v is not None for v in self.budgets())
+
+    def rates(self) -> tuple[int | None, int | None, int | None]:
+        return self.requests_per_minute, self.tokens_per_minute, self.max_concurrent
+
+    def budgets(self) -> tuple[int | None, int | None]:
+        return self.tokens_per_day, self.tokens_per_month
+
+    def share(self, replicas: int) -> QuotaLimits:
+        """One replica's share of the rate limits, when replicas cannot coordinate.
+
+        Budgets are dropped: without the shared store they fail closed instead.
+        """
+        n = max(1, replicas)
+
+        def part(limit: int | None) -> int | None:
+            return None if limit is None else max(1, limit // n)
+
+        rpm, tpm, conc = self.rates()
+        return QuotaLimits(part(rpm), part(tpm), part(conc))
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What settle needs: the tokens held, the concurrency lease, the budget periods charged."""
+
+    tenant: str
+    tokens: int
+    lease_id: str
+    limits: QuotaLimits
+    day: int
+    month: int
+    # Issued by an in-process enforcer (LocalQuotas, or RedisQuotas' fallback).
+    in_process: bool = False
+
+
+@dataclass(frozen=True)
+class Admission:
+    allowed: bool
+    reason: str | None = None
+    # None when refused: waiting cannot help (the request alone exceeds a limit).
+    retry_after_s: float | None = None
+    reservation: Reservation | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    # The quota store is unreachable and a budget fails closed: answer 503, not 429.
+    unavailable: bool = False
+
+
+class QuotaEnforcer(Protocol):
+    async def admit(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission: ...
+
+    async def settle(self, reservation: Reservation, used_tokens: int) -> None: ...
+
+
+# --- pure decisions ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateView:
+    """Where one per-minute bucket stands, as the x-ratelimit-* headers show it."""
+
+    limit: int
+    remaining: int
+    reset_s: float
+
+
+@dataclass(frozen=True)
+class GcraStep:
+    allowed: bool
+    tat: float  # the bucket's theoretical arrival time once this request is admitted
+    wait_s: float | None  # refused: until it would fit; None: it never fits
+    before: RateView  # the bucket as it stands
+    after: RateView  # the bucket once this request is admitted
+
+
+def gcra_step(
+    tat: float, now: float, cost: int, limit: int, period_s: float = MINUTE_S
+) -> GcraStep:
+    interval = period_s / limit
+    base = max(tat, now)
+    after = base + cost * interval
+    allowed = after - now <= period_s + _EPS_S
+    wait = None if cost > limit else max(0.0, after - period_s - now)
+
+    def view(filled_s: float) -> RateView:
+        return RateView(limit, _remaining(filled_s, period_s, interval, limit), filled_s)
+
+    return GcraStep(allowed, after, None if allowed else wait, view(base - now), view(after - now))
+
+
+def views(
+    requests: GcraStep | None, tokens: GcraStep | None, admitted: bool
+) -> tuple[RateView | None, RateView | None]:
+    """What the headers show: the buckets after this request if admitted, else as they are."""
+
+    def pick(step: GcraStep | None) -> RateView | None:
+        return None if step is None else step.after if admitted else step.before
+
+    return pick(requests), pick(tokens)
+
+
+def gcra_adjust(
+    tat: float, now: float, delta: int, limit: int, period_s: float = MINUTE_S
+) -> float:
+    """Refund (delta < 0) moves the TAT back, never below now; a charge moves it on."""
+    interval = period_s / limit
+    if delta < 0:
+        return max(now, tat + delta * interval)
+    return max(tat, now) + delta * interval
+
+
+def _remaining(filled_s: float, period_s: float, interval: float, limit: int) -> int:
+    return min(limit, max(0, math.floor((period_s - filled_s + _EPS_S) / interval)))
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """UTC budget periods at one instant: ids, and seconds until each ends."""
+
+    day: int
+    month: int
+    day_left_s: float
+    month_left_s: float
+
+
+def calendar(wall: float) -> Calendar:
+    moment = datetime.fromtimestamp(wall, UTC)
+    day = math.floor(wall / DAY_S)
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    month_end = datetime(year, month, 1, tzinfo=UTC).timestamp()
+    month_id = moment.year * 12 + moment.month - 1
+    return Calendar(day, month_id, (day + 1) * DAY_S - wall, month_end - wall)
+
+
+def budget_wait(used: int, cost: int, limit: int | None, left_s: float) -> float | None:
+    """0 when `cost` fits in the budget; else seconds until it resets (None: never fits)."""
+    if limit is None or used + cost <= limit:
+        return 0.0
+    return None if cost > limit else left_s
+
+
+def worst(refusals: Iterable[tuple[str, float | None]]) -> tuple[str, float | None] | None:
+    """Of the limits a request breaks, the one it must wait longest for (None: forever)."""
+    found = list(refusals)
+    if not found:
+        return None
+    never = [r for r in found if r[1] is None]
+    return never[0] if never else max(found, key=lambda r: r[1] or 0.0)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a tenant holds now, besides its per-minute buckets."""
+
+    in_flight: int
+    day_used: int
+    month_used: int
+
+
+def refusals(
+    limits: QuotaLimits,
+    cost: int,
+    requests: GcraStep | None,
+    tokens: GcraStep | None,
+    usage: Usage,
+    cal: Calendar,
+) -> list[tuple[str, float | None]]:
+    """Every limit this request would break, with how long until it would fit."""
+    conc = limits.max_concurrent
+    waits = [
+        0.0 if requests is None or requests.allowed else requests.wait_s,
+        0.0 if tokens is None or tokens.allowed else tokens.wait_s,
+        CONCURRENCY_RETRY_S if conc is not None and usage.in_flight >= conc else 0.0,
+        budget_wait(usage.day_used, cost, limits.tokens_per_day, cal.day_left_s),
+        budget_wait(usage.month_used, cost, limits.tokens_per_month, cal.month_left_s),
+    ]
+    return [(reason, wait) for reason, wait in zip(REASONS, waits, strict=True) if wait != 0.0]
+
+
+def format_reset(seconds: float) -> str:
+    """A duration as OpenAI writes it in x-ratelimit-reset-*: "20ms", "1s", "6m0s", "1h2m3s"."""
+    ms = max(0, math.ceil(seconds * 1000 - 1e-6))
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def rate_headers(
+    requests: RateView | None, tokens: RateView | None, retry_after_s: float | None = None
+) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, view in (("requests", requests), ("tokens", tokens)):
+        if view is not None:
+            headers[f"x-ratelimit-limit-{name}"] = str(view.limit)
+            headers[f"x-ratelimit-remaining-{name}"] = str(view.remaining)
+            headers[f"x-ratelimit-reset-{name}"] = format_reset(view.reset_s)
+    if retry_after_s is not None:
+        headers.update(retry_headers(retry_after_s))
+    return headers
+
+
+def retry_headers(retry_after_s: float) -> dict[str, str]:
+    # The official openai clients prefer retry-after-ms when present.
+    return {
+        "retry-after": str(max(1, math.ceil(retry_after_s))),
+        "retry-after-ms": str(max(1, math.ceil(retry_after_s * 1000))),
+    }
+
+
+def refused(reason: str, wait_s: float | None, headers: dict[str, str]) -> Admission:
+    return Admission(False, reason, wait_s, None, headers)
+
+
+def estimate_tokens(
+    body: Mapping[str, Any], default_completion_tokens: int = DEFAULT_COMPLETION_TOKENS
+) -> int:
+    """Tokens to reserve for a request: prompt characters / 4 plus the completion's cap.
+
+    Chat messages, a completions `prompt` or an embeddings `input`; token-id lists count
+    one token per id. Completions are `max_completion_tokens` or `max_tokens` (else the
+    default) times the number of choices; embeddings complete nothing.
+    """
+    if "messages" in body:
+        chars, ids = _sum(_message_size(m) for m in _items(body["messages"]))
+    else:
+        chars, ids = _text_size(body.get("prompt", body.get("input")))
+    prompt = math.ceil(chars / 4) + ids
+    if "messages" not in body and "prompt" not in body:
+        return prompt
+    cap = _count(body.get("max_completion_tokens"))
+    if cap is None:
+        cap = _count(body.get("max_tokens"))
+    choices = max(_count(body.get("n")) or 1, _count(body.get("best_of")) or 1)
+    return prompt + (default_completion_tokens if cap is None else cap) * choices
+
+
+def _message_size(message: object) -> tuple[int, int]:
+    if not isinstance(message, Mapping):
+        return 0, 0
+    calls = [c.get("function", {}).get("arguments") for c in _items(message.get("tool_calls"))]
+    return _sum([_text_size(message.get("content")), _text_size(calls)])
+
+
+def _text_size(value: object) -> tuple[int, int]:
+    """(characters of text, token ids) in a prompt, an input or a message's content."""
+    if isinstance(value, str):
+        return len(value), 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 0, 1
+    if isinstance(value, list):
+        return _sum(_text_size(item) for item in value)
+    if isinstance(value, Mapping):  # a content part: only its text counts, not image data
+        return _text_size(value.get("text"))
+    return 0, 0
+
+
+def _sum(sizes: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    chars = ids = 0
+    for c, i in sizes:
+        chars, ids = chars + c, ids + i
+    return chars, ids
+
+
+def _items(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+# --- in process -------------------------------------------------------------------------
+
+
+@dataclass
+class _TenantState:
+    requests_tat: float = 0.0
+    tokens_tat: float = 0.0
+    leases: dict[str, float] = field(default_factory=dict)  # lease id -> expiry (monotonic)
+    day: int = -1
+    day_used: int = 0
+    month: int = -1
+    month_used: int = 0
+
+
+class LocalQuotas:
+    """Quotas in this process. Each call runs without awaiting, so it is atomic."""
+
+    def __init__(
+        self,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+    ) -> None:
+        self._monotonic = monotonic
+        self._wall = wall
+        self._lease_ttl_s = lease_ttl_s
+        self._tenants: dict[str, _TenantState] = {}
+
+    async def admit(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission:
+        return self.admit_now(tenant, limits, reserve_tokens)
+
+    async def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        self.settle_now(reservation, used_tokens)
+
+    def admit_now(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission:
+        now, cal = self._monotonic(), calendar(self._wall())
+        state = self._tenants.setdefault(tenant, _TenantState())
+        state.leases = {k: t for k, t in state.leases.items() if t > now}
+        _roll(state, cal)
+        rpm, tpm, _ = limits.rates()
+        req = None if rpm is None else gcra_step(state.requests_tat, now, 1, rpm)
+        tok = None if tpm is None else gcra_step(state.tokens_tat, now, reserve_tokens, tpm)
+        usage = Usage(len(state.leases), state.day_used, state.month_used)
+        refusal = worst(refusals(limits, reserve_tokens, req, tok, usage, cal))
+        if refusal is not None:
+            return refused(*refusal, rate_headers(*views(req, tok, False), refusal[1]))
+        state.requests_tat = req.tat if req else state.requests_tat
+        state.tokens_tat = tok.tat if tok else state.tokens_tat
+        state.day_used += reserve_tokens
+        state.month_used += reserve_tokens
+        lease = uuid.uuid4().hex
+        state.leases[lease] = now + self._lease_ttl_s
+        hold = Reservation(tenant, reserve_tokens, lease, limits, cal.day, cal.month, True)
+        return Admission(True, reservation=hold, headers=rate_headers(*views(req, tok, True)))
+
+    def settle_now(self, reservation: Reservation, used_tokens: int) -> None:
+        state = self._tenants.get(reservation.tenant)
+        if state is None or state.leases.pop(reservation.lease_id, None) is None:
+            return  # settled already, or the lease expired
+        delta = used_tokens - reservation.tokens
+        tpm = reservation.limits.tokens_per_minute
+        if tpm is not None:
+            state.tokens_tat = gcra_adjust(state.tokens_tat, self._monotonic(), delta, tpm)
+        # A period that rolled over since admission keeps what it was charged.
+        if state.day == reservation.day:
+            state.day_used += delta
+        if state.month == reservation.month:
+            state.month_used += delta
+
+    def in_flight(self, tenant: str) -> int:
+        state = self._tenants.get(tenant)
+        return 0 if state is None else len(state.leases)
+
+
+def _roll(state: _TenantState, cal: Calendar) -> None:
+    if state.day != cal.day:
+        state.day, state.day_used = cal.day, 0
+    if state.month != cal.month:
+        state.month, state.month_used = cal.month, 0

@@ -1,0 +1,382 @@
+"""Quotas shared by every gateway replica, checked and consumed atomically in Redis.
+
+Algorithm: GCRA for the per-minute limits. Each bucket is one number, its theoretical
+arrival time (TAT); a request of cost c fits when max(TAT, now) + c x (60 s / limit) is
+at most one minute ahead of now, and admitting it stores that sum. We chose it over a
+sliding window because variable costs (tokens) and refunds are exact and O(1) (a refund
+moves the TAT back, never below now), the wait until a request fits is exact (so
+Retry-After is), a bucket is one key whose TTL is its TAT (idle tenants cost nothing), and
+there is no window edge where twice the limit passes. A sliding log would store one entry
+per request; a sliding-window counter approximates and cannot refund exactly.
+
+One script admits a request: it reads Redis's clock (`TIME`; replicas' clocks never
+matter), checks every bucket of the tenant (requests and tokens per minute, concurrency,
+budgets per day and month) and consumes all of them or none. A second script settles:
+it releases the concurrency lease and, only if the lease was still held (so settling twice
+is harmless), refunds the unused tokens or charges the excess.
+
+Keys, all under the tenant's hash tag so a Redis Cluster keeps them on one slot:
+
+    {prefix:tenant}:rpm      string  TAT of the requests bucket (µs), expires at the TAT
+    {prefix:tenant}:tpm      string  TAT of the tokens bucket (µs), expires at the TAT
+    {prefix:tenant}:leases   zset    lease id -> expiry (µs); the tenant's requests in flight
+    {prefix:tenant}:budget   hash    d, du, m, mu: UTC day and month ids and tokens used in each
+    {prefix}:replicas        zset    replica id -> last heartbeat (ms), for the live count
+
+Budgets live in one hash keyed by period id (not a key per period) so that every key the
+scripts touch is declared in KEYS, as Redis Cluster requires, while Redis's clock alone
+decides the period; the hash expires a day after the month it counts ends.
+
+When Redis fails (down, timeout, error), rate limits fall back to a `LocalQuotas` holding
+this replica's share (limit // live replicas last seen), budgets fail closed (`unavailable`),
+and the `on_fallback` hook hears every such decision. Settlements that cannot reach Redis
+are retried by `run()`; the lease TTL bounds what a crashed replica can leak.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+import anyio
+import anyio.abc
+import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.quotas import (
+    DEFAULT_LEASE_TTL_S,
+    REASONS,
+    STATE_UNAVAILABLE,
+    Admission,
+    LocalQuotas,
+    QuotaLimits,
+    RateView,
+    Reservation,
+    rate_headers,
+    refused,
+    retry_headers,
+)
+
+_log = logging.getLogger("gateway.quotas")
+
+_LUA_COMMON = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local PERIOD = 60000000
+local EPS = 1
+local function save_tat(key, tat)
+  if tat > now then
+    redis.call('SET', key, string.format('%.17g', tat), 'PX', math.ceil((tat - now) / 1000))
+  else
+    redis.call('DEL', key)
+  end
+end
+"""
+
+_ADMIT = (
+    _LUA_COMMON
+    + """
+local DAY = 86400000000
+local CONCURRENCY_RETRY = 1000000
+local cost = tonumber(ARGV[6])
+
+local function gcra(key, limit, n)
+  if limit <= 0 then return {ok = true} end
+  local interval = PERIOD / limit
+  local tat = math.max(tonumber(redis.call('GET', key) or '0'), now)
+  local after = tat + n * interval
+  local b = {ok = after - now <= PERIOD + EPS, base = tat, tat = after, limit = limit}
+  if not b.ok then b.wait = (n > limit) and -1 or (after - PERIOD - now) end
+  return b
+end
+
+-- remaining and reset (µs) of a bucket, after this request if admitted, else as it stands
+local function view(b, admitted)
+  if b.limit == nil then return 0, 0 end
+  local shown = admitted and b.tat or b.base
+  local interval = PERIOD / b.limit
+  local left = math.floor((PERIOD - (shown - now) + EPS) / interval)
+  return math.max(0, math.min(b.limit, left)), math.ceil(shown - now)
+end
+
+-- Howard Hinnant's civil_from_days / days_from_civil, for UTC months.
+local function civil(z)
+  z = z + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = (mp < 10) and (mp + 3) or (mp - 9)
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+local function first_day(y, m)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = (m > 2) and (m - 3) or (m + 9)
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100)
+    + math.floor((153 * mp + 2) / 5)
+  return era * 146097 + doe - 719468
+end
+
+local function budget(used, limit, ends)
+  if limit <= 0 or used + cost <= limit then return nil end
+  if cost > limit then return -1 end
+  return ends - now
+end
+
+local req = gcra(KEYS[1], tonumber(ARGV[1]), 1)
+local tok = gcra(KEYS[2], tonumber(ARGV[2]), cost)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local max_conc = tonumber(ARGV[3])
+local day = math.floor(now / DAY)
+local y, m = civil(day)
+local month = y * 12 + m - 1
+local month_end = (m == 12) and first_day(y + 1, 1) or first_day(y, m + 1)
+local b = redis.call('HMGET', KEYS[4], 'd', 'du', 'm', 'mu')
+local day_used = (tonumber(b[1]) == day) and tonumber(b[2]) or 0
+local month_used = (tonumber(b[3]) == month) and tonumber(b[4]) or 0
+
+local waits = {
+  req.wait, tok.wait,
+  (max_conc > 0 and redis.call('ZCARD', KEYS[3]) >= max_conc) and CONCURRENCY_RETRY or nil,
+  budget(day_used, tonumber(ARGV[4]), (day + 1) * DAY),
+  budget(month_used, tonumber(ARGV[5]), month_end * DAY),
+}
+local reason, wait = 0, 0
+for i = 1, 5 do
+  local w = waits[i]
+  if w ~= nil and wait ~= -1 and (w == -1 or w > wait or reason == 0) then
+    reason, wait = i, w
+  end
+end
+if reason == 0 then
+  if tonumber(ARGV[1]) > 0 then save_tat(KEYS[1], req.tat) end
+  if tonumber(ARGV[2]) > 0 and cost > 0 then save_tat(KEYS[2], tok.tat) end
+  local ttl = tonumber(ARGV[8])
+  redis.call('ZADD', KEYS[3], now + ttl, ARGV[7])
+  redis.call('PEXPIRE', KEYS[3], math.ceil(ttl / 1000))
+  if tonumber(ARGV[4]) > 0 or tonumber(ARGV[5]) > 0 then
+    redis.call('HSET', KEYS[4], 'd', day, 'du', day_used + cost,
+      'm', month, 'mu', month_used + cost)
+    redis.call('PEXPIREAT', KEYS[4], (month_end + 1) * 86400000)
+  end
+end
+local req_left, req_reset = view(req, reason == 0)
+local tok_left, tok_reset = view(tok, reason == 0)
+return {reason, math.ceil(wait), req_left, req_reset, tok_left, tok_reset, day, month}
+"""
+)
+
+_SETTLE = (
+    _LUA_COMMON
+    + """
+if redis.call('ZREM', KEYS[3], ARGV[3]) == 0 then return 0 end
+local delta = tonumber(ARGV[2])
+if delta == 0 then return 1 end
+local tpm = tonumber(ARGV[1])
+if tpm > 0 then
+  local interval = PERIOD / tpm
+  local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if delta < 0 then
+    save_tat(KEYS[2], math.max(now, tat + delta * interval))
+  else
+    save_tat(KEYS[2], math.max(tat, now) + delta * interval)
+  end
+end
+local b = redis.call('HMGET', KEYS[4], 'd', 'm')
+if tonumber(b[1]) == tonumber(ARGV[4]) then redis.call('HINCRBY', KEYS[4], 'du', delta) end
+if tonumber(b[2]) == tonumber(ARGV[5]) then redis.call('HINCRBY', KEYS[4], 'mu', delta) end
+return 1
+"""
+)
+
+_HEARTBEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
+redis.call('PEXPIRE', KEYS[1], ttl)
+return redis.call('ZCARD', KEYS[1])
+"""
+
+
+def tenant_keys(prefix: str, tenant: str) -> list[str]:
+    tag = f"{{{prefix}:{tenant}}}"
+    return [f"{tag}:rpm", f"{tag}:tpm", f"{tag}:leases", f"{tag}:budget"]
+
+
+class RedisQuotas:
+    """`QuotaEnforcer` over Redis; start `run()` in a task group to heartbeat and catch up."""
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        replica_id: str | None = None,
+        *,
+        timeout_s: float = 0.25,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        heartbeat_s: float = 5.0,
+        replica_ttl_s: float = 15.0,
+        initial_replicas: int = 1,
+        retry_s: float = 1.0,
+        on_fallback: Callable[[str], None] | None = None,
+        local: LocalQuotas | None = None,
+    ) -> None:
+        # No client-side retries: a failed call falls back at once instead of stalling.
+        self._redis = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+        )
+        self._prefix = prefix
+        self.replica_id = replica_id or uuid.uuid4().hex
+        self._lease_ttl_us = round(lease_ttl_s * 1_000_000)
+        self._heartbeat_s = heartbeat_s
+        self._replica_ttl_ms = round(replica_ttl_s * 1000)
+        self._retry_s = retry_s
+        self._on_fallback = on_fallback or (lambda decision: None)
+        self._local = local or LocalQuotas(lease_ttl_s=lease_ttl_s)
+        self._admit = self._redis.register_script(_ADMIT)
+        self._settle = self._redis.register_script(_SETTLE)
+        self._beat = self._redis.register_script(_HEARTBEAT)
+        self._replicas_key = f"{{{prefix}}}:replicas"
+        self._down_until = 0.0
+        self._unsettled: collections.deque[tuple[Reservation, int]] = collections.deque(
+            maxlen=100_000
+        )
+        self.replicas = max(1, initial_replicas)
+
+    async def admit(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission:
+        if limits.unlimited:
+            hold = Reservation(tenant, reserve_tokens, "", limits, 0, 0)
+            return Admission(True, reservation=hold)
+        if not self._is_down():
+            try:
+                return await self._admit_shared(tenant, limits, reserve_tokens)
+            except (RedisError, OSError) as exc:
+                self._went_down(exc)
+        return self._admit_fallback(tenant, limits, reserve_tokens)
+
+    async def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        if reservation.in_process:
+            self._local.settle_now(reservation, used_tokens)
+        elif not reservation.limits.unlimited and not await self._settle_shared(
+            reservation, used_tokens
+        ):
+            self._unsettled.append((reservation, used_tokens))
+            self._on_fallback("settle_deferred")
+
+    async def heartbeat(self) -> int:
+        """Announce this replica, learn how many are live, and retry deferred settlements."""
+        count = int(await self._beat([self._replicas_key], [self.replica_id, self._replica_ttl_ms]))
+        self.replicas = max(1, count)
+        self._down_until = 0.0
+        while self._unsettled:
+            reservation, used = self._unsettled[0]
+            if not await self._settle_shared(reservation, used):
+                break
+            self._unsettled.popleft()
+        return self.replicas
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Heartbeat forever; ready after the first beat (which may fail: then fallback)."""
+        await self._beat_once()
+        task_status.started()
+        while True:
+            await anyio.sleep(self._heartbeat_s)
+            await self._beat_once()
+
+    async def _beat_once(self) -> None:
+        try:
+            await self.heartbeat()
+        except (RedisError, OSError) as exc:
+            self._went_down(exc)
+
+    async def close(self) -> None:
+        """Leave the replica set at once (the others' shares grow) and close the pool."""
+        with contextlib.suppress(RedisError, OSError):
+            await self._redis.zrem(self._replicas_key, self.replica_id)
+        await self._redis.aclose()
+
+    async def _admit_shared(self, tenant: str, limits: QuotaLimits, cost: int) -> Admission:
+        lease = uuid.uuid4().hex
+        args = [_n(v) for v in (*limits.rates(), *limits.budgets())]
+        raw = await self._admit(
+            tenant_keys(self._prefix, tenant), [*args, cost, lease, self._lease_ttl_us]
+        )
+        reason, wait_us, req_left, req_reset, tok_left, tok_reset, day, month = (
+            int(v) for v in raw
+        )
+        rpm, tpm, _ = limits.rates()
+        views = (_view(rpm, req_left, req_reset), _view(tpm, tok_left, tok_reset))
+        if reason:
+            wait = None if wait_us < 0 else wait_us / 1e6
+            return refused(REASONS[reason - 1], wait, rate_headers(*views, wait))
+        hold = Reservation(tenant, cost, lease, limits, day, month)
+        return Admission(True, reservation=hold, headers=rate_headers(*views))
+
+    async def _settle_shared(self, reservation: Reservation, used_tokens: int) -> bool:
+        if self._is_down():
+            return False
+        keys = tenant_keys(self._prefix, reservation.tenant)
+        tpm = _n(reservation.limits.tokens_per_minute)
+        delta = used_tokens - reservation.tokens
+        args: list[int | str] = [
+            tpm,
+            delta,
+            reservation.lease_id,
+            reservation.day,
+            reservation.month,
+        ]
+        try:
+            await self._settle(keys, args)
+        except (RedisError, OSError) as exc:
+            self._went_down(exc)
+            return False
+        return True
+
+    def _admit_fallback(self, tenant: str, limits: QuotaLimits, cost: int) -> Admission:
+        if limits.has_budgets:
+            self._on_fallback("fail_closed")
+            headers = retry_headers(self._retry_s)
+            return Admission(False, STATE_UNAVAILABLE, self._retry_s, None, headers, True)
+        admission = self._local.admit_now(tenant, limits.share(self.replicas), cost)
+        self._on_fallback("local_allowed" if admission.allowed else "local_refused")
+        return admission
+
+    def _is_down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    def _went_down(self, exc: BaseException) -> None:
+        if not self._is_down():
+            _log.warning(
+                "quota store unreachable (%s): local limits for %ss",
+                type(exc).__name__,
+                self._retry_s,
+            )
+        self._down_until = time.monotonic() + self._retry_s
+
+
+def _n(limit: int | None) -> int:
+    """A limit as the scripts take it: 0 is unlimited."""
+    return 0 if limit is None else limit
+
+
+def _view(limit: int | None, remaining: int, reset_us: int) -> RateView | None:
+    return None if limit is None else RateView(limit, remaining, reset_us / 1e6)

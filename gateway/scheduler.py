@@ -1,0 +1,394 @@
+"""The fair queue in front of one backend: priority classes, then virtual token counters.
+
+Who goes next when a slot frees up:
+
+1. the highest priority class that has a waiter (lowest rank: "interactive" 0 before "batch" 1);
+2. within it, the tenant with the lowest virtual token counter (VTC: Sheng et al.,
+   "Fairness in Serving Large Language Models", OSDI 2024);
+3. within a tenant, first come, first served.
+
+A tenant's counter is the service it has received, in tokens divided by its weight:
+`(input_tokens + output_weight * output_tokens) / weight`. Tokens, not requests: a 20,000
+token prompt is a hundred 200-token ones. Output counts double by default (the paper's
+w_q = 2) since each output token is a full decode step. The output is unknown at dispatch,
+so dispatch charges `max_output_tokens` and completion corrects to the real usage; the
+overcharge in between keeps one tenant from grabbing every slot before its first answer.
+
+A tenant that becomes active (nothing queued or in flight before) is lifted to the lowest
+counter among active tenants, or to the counter of the last tenant to go idle when none is
+active, so that time spent idle is not credit to spend later in a burst.
+
+Strict priority between classes is deliberate: batch waits while interactive work waits,
+and is shed first (its expected wait counts the interactive queue; displacement picks it).
+
+`FairQueue` is the pure bookkeeping (no clock, no I/O); `FairScheduler` is the asyncio
+driver: concurrency slots, deadlines, shedding (decisions in `gateway.shedding`), metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from itertools import count
+
+from gateway.shedding import ServiceTimeEstimator, expected_wait_s, retry_after_s, should_shed
+
+DEFAULT_RANKS: Mapping[str, int] = {"interactive": 0, "batch": 1}
+DEFAULT_OUTPUT_WEIGHT = 2.0
+
+Clock = Callable[[], float]
+WaitHook = Callable[[str, float], None]
+
+
+def token_cost(input_tokens: int, output_tokens: int, weight: float, output_weight: float) -> float:
+    """What serving a request adds to its tenant's virtual counter."""
+    return (input_tokens + output_weight * output_tokens) / weight
+
+
+def lifted_counter(counter: float, active_counters: list[float], last_idle: float) -> float:
+    """The counter of a tenant that becomes active: never below the active ones' minimum."""
+    floor = min(active_counters) if active_counters else last_idle
+    return max(counter, floor)
+
+
+@dataclass(eq=False)
+class Entry:
+    """One request in the queue, then in flight. Compared by identity."""
+
+    tenant: str
+    weight: float
+    priority: str
+    rank: int
+    charge: float  # estimated counter increment, charged at dispatch
+    deadline: float
+    enqueued_at: float
+    seq: int = 0
+
+
+class FairQueue:
+    """Waiters by class and tenant, and the tenants' virtual counters."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, float] = {}
+        self._active: dict[str, int] = {}  # tenant -> requests queued or in flight
+        self._last_idle = 0.0
+        self._waiting: dict[int, dict[str, deque[Entry]]] = {}
+        self._depth: dict[int, int] = {}
+        self._seq = count()
+
+    def __len__(self) -> int:
+        return sum(self._depth.values())
+
+    def counter(self, tenant: str) -> float:
+        return self._counters.get(tenant, 0.0)
+
+    def counters(self) -> dict[str, float]:
+        return dict(self._counters)
+
+    def depth(self, rank: int) -> int:
+        return self._depth.get(rank, 0)
+
+    def ahead(self, rank: int) -> int:
+        """Waiters of this class and higher ones."""
+        return sum(n for r, n in self._depth.items() if r <= rank)
+
+    def push(self, entry: Entry) -> None:
+        entry.seq = next(self._seq)
+        self._join(entry.tenant)
+        tenants = self._waiting.setdefault(entry.rank, {})
+        tenants.setdefault(entry.tenant, deque()).append(entry)
+        self._depth[entry.rank] = self._depth.get(entry.rank, 0) + 1
+
+    def peek(self) -> Entry | None:
+        """The next to dispatch: top class, lowest counter, oldest (ties go to the oldest)."""
+        if not self._waiting:
+            return None
+        tenants = self._waiting[min(self._waiting)]
+        best = min(tenants.values(), key=lambda q: (self._counters[q[0].tenant], q[0].seq))
+        return best[0]
+
+    def newest_below(self, rank: int) -> Entry | None:
+        """The newest waiter of the lowest class below `rank`: the one to displace."""
+        lower = [r for r in self._waiting if r > rank]
+        if not lower:
+            return None
+        return max((q[-1] for q in self._waiting[max(lower)].values()), key=lambda e: e.seq)
+
+    def dispatch(self, entry: Entry) -> None:
+        """Queued → in flight: charge the estimate."""
+        self._unlink(entry)
+        self._counters[entry.tenant] += entry.charge
+
+    def withdraw(self, entry: Entry) -> None:
+        """Leaves the queue without service (cancelled, expired, displaced)."""
+        self._unlink(entry)
+        self._leave(entry.tenant)
+
+    def complete(self, entry: Entry, actual_charge: float) -> None:
+        """In flight → done: replace the estimate by what was really used."""
+        self._counters[entry.tenant] += actual_charge - entry.charge
+        self._leave(entry.tenant)
+
+    def _join(self, tenant: str) -> None:
+        if tenant not in self._active:
+            active = [self._counters[t] for t in self._active]
+            self._counters[tenant] = lifted_counter(self.counter(tenant), active, self._last_idle)
+        self._active[tenant] = self._active.get(tenant, 0) + 1
+
+    def _leave(self, tenant: str) -> None:
+        self._active[tenant] -= 1
+        if self._active[tenant] == 0:
+            del self._active[tenant]
+            if not self._active:
+                self._last_idle = self._counters[tenant]
+
+    def _unlink(self, entry: Entry) -> None:
+        tenants = self._waiting[entry.rank]
+        waiting = tenants[entry.tenant]
+        if waiting[0] is entry:
+            waiting.popleft()
+        else:
+            waiting.remove(entry)
+        if not waiting:
+            del tenants[entry.tenant]
+            if not tenants:
+                del self._waiting[entry.rank]
+        self._depth[entry.rank] -= 1
+
+
+class Shed(Exception):
+    """The request was refused or dropped by the scheduler; answer 503 with Retry-After.
+
+    Reasons: "queue_full", "displaced" (a higher class took its place), "deadline_unreachable"
+    (refused on arrival), "deadline_passed" (dropped while queued).
+    """
+
+    def __init__(self, reason: str, retry_after_s: float) -> None:
+        super().__init__(f"shed: {reason} (retry after {retry_after_s:.1f} s)")
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class Slot:
+    """A dispatched request's hold on one of the backend's concurrency slots."""
+
+    __slots__ = ("_done", "_entry", "_scheduler", "granted_at")
+
+    def __init__(self, scheduler: FairScheduler, entry: Entry, granted_at: float) -> None:
+        self._scheduler = scheduler
+        self._entry = entry
+        self._done = False
+        self.granted_at = granted_at
+
+    @property
+    def waited_s(self) -> float:
+        return self.granted_at - self._entry.enqueued_at
+
+    def release(
+        self, input_tokens: int, output_tokens: int, service_s: float | None = None
+    ) -> None:
+        """Frees the slot and charges real usage; `service_s` defaults to the time since
+        dispatch. Idempotent: only the first call counts."""
+        if self._done:
+            return
+        self._done = True
+        scheduler = self._scheduler
+        if service_s is None:
+            service_s = scheduler._clock() - self.granted_at
+        scheduler._finish(self._entry, scheduler._cost(input_tokens, output_tokens), service_s)
+
+    def abandon(self) -> None:
+        """Frees the slot of a request that never reached the backend: no charge, and no
+        service-time sample (it would drag the estimate towards zero)."""
+        if self._done:
+            return
+        self._done = True
+        self._scheduler._finish(self._entry, 0.0, None)
+
+
+@dataclass(frozen=True)
+class SchedulerSnapshot:
+    """Numbers for metrics; counts are totals since start."""
+
+    depth: Mapping[str, int]
+    in_flight: int
+    max_concurrency: int
+    max_queue: int
+    mean_service_s: float
+    dispatched: Mapping[str, int]
+    shed: Mapping[tuple[str, str], int]  # (priority, reason) -> count
+    counters: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Waiter:
+    future: asyncio.Future[Slot]
+    timer: asyncio.TimerHandle | None = None
+
+
+class FairScheduler:
+    """Runs the fair queue for one backend: at most `max_concurrency` dispatched at once,
+    at most `max_queue` waiting. `deadline` values are on `clock`'s scale.
+
+    No background task: dispatch happens inside `acquire` and `release`, and each waiter's
+    deadline is a loop timer, so nothing outlives the requests.
+    """
+
+    def __init__(
+        self,
+        max_concurrency: int,
+        max_queue: int,
+        clock: Clock = time.monotonic,
+        *,
+        ranks: Mapping[str, int] = DEFAULT_RANKS,
+        output_weight: float = DEFAULT_OUTPUT_WEIGHT,
+        initial_service_s: float = 1.0,
+        on_wait: WaitHook | None = None,
+    ) -> None:
+        if max_concurrency < 1 or max_queue < 0:
+            raise ValueError("max_concurrency must be >= 1 and max_queue >= 0")
+        self._max = max_concurrency
+        self._max_queue = max_queue
+        self._clock = clock
+        self._ranks = dict(ranks)
+        self._output_weight = output_weight
+        self._on_wait = on_wait
+        self._queue = FairQueue()
+        self._waiters: dict[Entry, _Waiter] = {}
+        self._service = ServiceTimeEstimator(initial_service_s)
+        self._in_flight = 0
+        self._dispatched = dict.fromkeys(self._ranks, 0)
+        self._shed: dict[tuple[str, str], int] = {}
+
+    @property
+    def mean_service_s(self) -> float:
+        return self._service.mean_s
+
+    async def acquire(
+        self,
+        tenant: str,
+        weight: float,
+        priority: str,
+        input_tokens: int,
+        max_output_tokens: int,
+        deadline: float,
+    ) -> Slot:
+        """Waits for a slot; raises `Shed` when refused on arrival or dropped while queued.
+
+        `deadline` is the latest time the request may still be dispatched: the caller
+        takes what the upstream needs (a first-token budget, say) off the client's deadline.
+        """
+        if weight <= 0:
+            raise ValueError(f"tenant weight must be > 0, got {weight}")
+        if priority not in self._ranks:
+            raise ValueError(f"unknown priority class {priority!r}")
+        now = self._clock()
+        charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
+        entry = Entry(tenant, weight, priority, self._ranks[priority], charge, deadline, now)
+        self._admit(entry, now)
+        loop = asyncio.get_running_loop()
+        waiter = self._waiters[entry] = _Waiter(loop.create_future())
+        self._queue.push(entry)
+        self._pump()
+        if not waiter.future.done():
+            waiter.timer = loop.call_later(deadline - now, self._drop, entry, "deadline_passed")
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            self._cancelled(entry, waiter.future)
+            raise
+
+    def snapshot(self) -> SchedulerSnapshot:
+        depth = {name: self._queue.depth(rank) for name, rank in self._ranks.items()}
+        return SchedulerSnapshot(
+            depth=depth,
+            in_flight=self._in_flight,
+            max_concurrency=self._max,
+            max_queue=self._max_queue,
+            mean_service_s=self._service.mean_s,
+            dispatched=dict(self._dispatched),
+            shed=dict(self._shed),
+            counters=self._queue.counters(),
+        )
+
+    def _admit(self, entry: Entry, now: float) -> None:
+        """Refuses on arrival (raises Shed), or makes room in a full queue."""
+        wait = self._wait_for(entry.rank)
+        if should_shed(now, entry.deadline, wait):
+            raise self._count(entry, Shed("deadline_unreachable", retry_after_s(wait)))
+        if self._in_flight < self._max or len(self._queue) < self._max_queue:
+            return
+        victim = self._queue.newest_below(entry.rank)
+        if victim is None:
+            drain = self._wait_for(max(self._ranks.values()))
+            raise self._count(entry, Shed("queue_full", retry_after_s(drain)))
+        self._drop(victim, "displaced")
+
+    def _wait_for(self, rank: int) -> float:
+        ahead = self._queue.ahead(rank)
+        return expected_wait_s(ahead, self._in_flight, self._max, self._service.mean_s)
+
+    def _pump(self) -> None:
+        """Dispatches while slots are free; drops expired waiters on the way."""
+        now = self._clock()
+        while self._in_flight < self._max and (entry := self._queue.peek()) is not None:
+            future = self._waiters[entry].future
+            if future.done():  # cancelled, its task not yet resumed to clean up
+                self._forget(entry)
+            elif entry.deadline <= now:
+                self._drop(entry, "deadline_passed")
+            else:
+                self._grant(entry, now)
+
+    def _grant(self, entry: Entry, now: float) -> None:
+        waiter = self._forget(entry, withdraw=False)
+        self._queue.dispatch(entry)
+        self._in_flight += 1
+        self._dispatched[entry.priority] = self._dispatched.get(entry.priority, 0) + 1
+        waiter.future.set_result(Slot(self, entry, now))
+        if self._on_wait is not None:
+            self._on_wait(entry.priority, now - entry.enqueued_at)
+
+    def _drop(self, entry: Entry, reason: str) -> None:
+        """Takes a waiter out of the queue and fails its acquire with Shed."""
+        if entry not in self._waiters:
+            return  # granted or gone already; the timer lost the race
+        waiter = self._forget(entry)
+        if not waiter.future.done():
+            shed = Shed(reason, retry_after_s(self._wait_for(entry.rank)))
+            waiter.future.set_exception(self._count(entry, shed))
+
+    def _forget(self, entry: Entry, *, withdraw: bool = True) -> _Waiter:
+        waiter = self._waiters.pop(entry)
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        if withdraw:
+            self._queue.withdraw(entry)
+        return waiter
+
+    def _cancelled(self, entry: Entry, future: asyncio.Future[Slot]) -> None:
+        """The waiting task was cancelled: leave the queue, or give back a slot granted in
+        the moment between the grant and the task resuming."""
+        if entry in self._waiters:
+            self._forget(entry)
+        elif future.done() and not future.cancelled() and future.exception() is None:
+            future.result().abandon()
+
+    def _finish(self, entry: Entry, tokens: float, service_s: float | None) -> None:
+        self._queue.complete(entry, tokens / entry.weight)
+        self._in_flight -= 1
+        if service_s is not None:
+            self._service.observe(service_s)
+        self._pump()
+
+    def _cost(self, input_tokens: int, output_tokens: int) -> float:
+        """Weighted tokens, before division by the tenant's weight."""
+        return token_cost(input_tokens, output_tokens, 1.0, self._output_weight)
+
+    def _count(self, entry: Entry, shed: Shed) -> Shed:
+        key = (entry.priority, shed.reason)
+        self._shed[key] = self._shed.get(key, 0) + 1
+        return shed

@@ -1,0 +1,57 @@
+"""Tokens an answer used: from the upstream's `usage`, or estimated when it sent none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt: int
+    completion: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+def usage_of(body: bytes) -> Usage | None:
+    """`usage` of a whole OpenAI answer; None if absent or unreadable."""
+    if b'"usage"' not in body:
+        return None
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return _usage(parsed.get("usage")) if isinstance(parsed, dict) else None
+
+
+def _usage(value: object) -> Usage | None:
+    if not isinstance(value, dict):
+        return None
+    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens", 0)
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    return Usage(prompt, completion)
+
+
+class UsageTap:
+    """Watches a relayed stream: the `usage` chunk if the upstream sends one
+    (`stream_options.include_usage`), else one token per content event (OpenAI-style
+    servers send about one token per chunk)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.reported: Usage | None = None
+
+    def __call__(self, data: bytes) -> None:
+        self.events += data.count(b"data: {")
+        if b'"usage"' in data:
+            for line in data.split(b"\n"):
+                if line.startswith(b"data: {") and b'"usage"' in line:
+                    self.reported = usage_of(line[6:]) or self.reported
+
+    def usage(self, prompt_estimate: int) -> Usage:
+        return self.reported or Usage(prompt_estimate, max(0, self.events - 1))

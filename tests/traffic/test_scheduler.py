@@ -1,0 +1,468 @@
+"""The fair scheduler: pure VTC bookkeeping and shedding decisions in tables, then the
+asyncio driver with a fake clock and slots released by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.scheduler import (
+    Entry,
+    FairQueue,
+    FairScheduler,
+    Shed,
+    Slot,
+    lifted_counter,
+    token_cost,
+)
+from gateway.shedding import ServiceTimeEstimator, expected_wait_s, retry_after_s, should_shed
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+FAR = 1e9  # a deadline that never matters
+
+
+# ---- pure policies -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("input_tokens", "output_tokens", "weight", "output_weight", "expected"),
+    [
+        (200, 0, 1.0, 2.0, 200.0),
+        (20_000, 0, 1.0, 2.0, 20_000.0),  # a big prompt is a hundred small ones
+        (100, 50, 1.0, 2.0, 200.0),  # output counts double
+        (100, 50, 2.0, 2.0, 100.0),  # a weight-2 tenant is charged half
+        (100, 50, 1.0, 1.0, 150.0),
+    ],
+)
+def test_token_cost(
+    input_tokens: int, output_tokens: int, weight: float, output_weight: float, expected: float
+) -> None:
+    assert token_cost(input_tokens, output_tokens, weight, output_weight) == expected
+
+
+@pytest.mark.parametrize(
+    ("counter", "active", "last_idle", "expected", "why"),
+    [
+        (0.0, [500.0, 300.0], 0.0, 300.0, "returning tenant starts at the lowest active"),
+        (900.0, [500.0, 300.0], 0.0, 900.0, "a tenant ahead keeps its counter"),
+        (0.0, [], 700.0, 700.0, "nobody active: the last tenant to go idle sets the floor"),
+        (800.0, [], 700.0, 800.0, "never lowered"),
+        (0.0, [], 0.0, 0.0, "first tenant ever"),
+    ],
+)
+def test_lifted_counter(
+    counter: float, active: list[float], last_idle: float, expected: float, why: str
+) -> None:
+    assert lifted_counter(counter, active, last_idle) == expected, why
+
+
+@pytest.mark.parametrize(
+    ("ahead", "in_flight", "max_concurrency", "mean_s", "expected"),
+    [
+        (0, 0, 4, 2.0, 0.0),  # free slot
+        (0, 3, 4, 2.0, 0.0),
+        (0, 4, 4, 2.0, 0.5),  # next slot to free, at 4 per 2 s
+        (3, 4, 4, 2.0, 2.0),  # one full round of the slots ahead, then ours
+        (7, 4, 4, 2.0, 4.0),
+        (9, 1, 1, 0.1, 1.0),
+    ],
+)
+def test_expected_wait(
+    ahead: int, in_flight: int, max_concurrency: int, mean_s: float, expected: float
+) -> None:
+    assert expected_wait_s(ahead, in_flight, max_concurrency, mean_s) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("now", "deadline", "wait", "shed"),
+    [
+        (10.0, 20.0, 5.0, False),
+        (10.0, 20.0, 10.0, False),  # exactly on time still makes it
+        (10.0, 20.0, 10.5, True),
+        (10.0, 10.0, 0.0, True),  # no time left at all
+        (10.0, 9.0, 0.0, True),
+    ],
+)
+def test_should_shed(now: float, deadline: float, wait: float, shed: bool) -> None:
+    assert should_shed(now, deadline, wait) is shed
+
+
+@pytest.mark.parametrize(("wait", "expected"), [(0.0, 1.0), (3.5, 3.5), (500.0, 60.0)])
+def test_retry_after_is_bounded(wait: float, expected: float) -> None:
+    assert retry_after_s(wait) == expected
+
+
+def test_service_time_estimator_trusts_the_first_sample_then_smooths() -> None:
+    estimator = ServiceTimeEstimator(initial_s=1.0, alpha=0.5)
+    estimator.observe(4.0)
+    assert estimator.mean_s == 4.0
+    estimator.observe(2.0)
+    assert estimator.mean_s == 3.0
+    estimator.observe(float("nan"))
+    estimator.observe(-1.0)
+    assert (estimator.mean_s, estimator.samples) == (3.0, 2)
+
+
+def entry(tenant: str, rank: int = 1, charge: float = 100.0, weight: float = 1.0) -> Entry:
+    return Entry(tenant, weight, "batch" if rank else "interactive", rank, charge, FAR, 0.0)
+
+
+def test_queue_orders_by_class_then_counter_then_arrival() -> None:
+    queue = FairQueue()
+    a1, a2, b1 = entry("a"), entry("a"), entry("b")
+    for e in (a1, a2, b1):
+        queue.push(e)
+    assert queue.peek() is a1  # equal counters: the oldest
+    queue.dispatch(a1)
+    assert queue.peek() is b1  # a was charged, b is behind
+    urgent = entry("a", rank=0)
+    queue.push(urgent)
+    assert queue.peek() is urgent  # a higher class goes first, whatever the counters
+    assert (queue.depth(0), queue.depth(1), queue.ahead(0), queue.ahead(1)) == (1, 2, 1, 3)
+
+
+def test_queue_lifts_a_returning_tenant_to_the_lowest_active_counter() -> None:
+    queue = FairQueue()
+    for _ in range(3):
+        e = entry("a", charge=500.0)
+        queue.push(e)
+        queue.dispatch(e)
+    assert queue.counter("a") == 1500.0
+    queue.push(entry("b"))  # b was idle all along: no banked credit
+    assert queue.counter("b") == 1500.0
+
+
+def test_queue_lifts_to_the_last_idle_counter_when_nobody_is_active() -> None:
+    queue = FairQueue()
+    e = entry("a", charge=500.0)
+    queue.push(e)
+    queue.dispatch(e)
+    queue.complete(e, 800.0)  # the estimate was low: corrected up
+    assert queue.counter("a") == 800.0
+    queue.push(entry("b"))
+    assert queue.counter("b") == 800.0
+
+
+def test_queue_completion_refunds_an_overestimate() -> None:
+    queue = FairQueue()
+    e = entry("a", charge=1000.0)
+    queue.push(e)
+    queue.dispatch(e)
+    queue.complete(e, 150.0)
+    assert queue.counter("a") == 150.0
+
+
+def test_queue_picks_the_newest_lowest_class_waiter_to_displace() -> None:
+    queue = FairQueue()
+    old, new, urgent = entry("a"), entry("b"), entry("c", rank=0)
+    for e in (old, new, urgent):
+        queue.push(e)
+    assert queue.newest_below(0) is new
+    assert queue.newest_below(1) is None
+    queue.withdraw(new)
+    queue.withdraw(old)
+    assert queue.newest_below(0) is None
+    assert len(queue) == 1
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 1), st.integers(1, 5000))))
+def test_queue_never_serves_a_lower_class_first_and_empties(
+    requests: list[tuple[str, int, int]],
+) -> None:
+    queue = FairQueue()
+    for tenant, rank, charge in requests:
+        queue.push(entry(tenant, rank, float(charge)))
+    ranks = []
+    while (e := queue.peek()) is not None:
+        queue.dispatch(e)
+        queue.complete(e, e.charge)
+        ranks.append(e.rank)
+    assert ranks == sorted(ranks)
+    assert len(queue) == 0
+
+
+# ---- the asyncio driver --------------------------------------------------------------------
+
+
+class Harness:
+    """Requests as tasks; slots released by hand, oldest first, with the usage each was
+    submitted with; dispatch order recorded."""
+
+    def __init__(self, scheduler: FairScheduler) -> None:
+        self.scheduler = scheduler
+        self.pending: list[tuple[str, asyncio.Task[Slot], tuple[int, int]]] = []
+        self.running: list[tuple[Slot, tuple[int, int]]] = []
+        self.order: list[str] = []
+
+    async def submit(
+        self,
+        tag: str,
+        tenant: str | None = None,
+        priority: str = "batch",
+        input_tokens: int = 100,
+        max_output_tokens: int = 0,
+        deadline: float = FAR,
+    ) -> asyncio.Task[Slot]:
+        task = asyncio.create_task(
+            self.scheduler.acquire(
+                tenant or tag, 1.0, priority, input_tokens, max_output_tokens, deadline
+            )
+        )
+        self.pending.append((tag, task, (input_tokens, max_output_tokens)))
+        await self.settle()
+        return task
+
+    async def settle(self) -> None:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        for item in [p for p in self.pending if p[1].done()]:
+            self.pending.remove(item)
+            tag, task, usage = item
+            if not task.cancelled() and task.exception() is None:
+                self.order.append(tag)
+                self.running.append((task.result(), usage))
+
+    async def finish_one(self) -> None:
+        slot, usage = self.running.pop(0)
+        slot.release(*usage, service_s=1.0)
+        await self.settle()
+
+    async def drain(self) -> None:
+        while self.running:
+            await self.finish_one()
+        assert not self.pending
+
+
+async def test_interactive_overtakes_batch() -> None:
+    h = Harness(FairScheduler(1, 10, FakeClock()))
+    await h.submit("first")
+    for tag in ("b1", "b2", "b3"):
+        await h.submit(tag, tenant="batchy")
+    await h.submit("i1", tenant="batchy", priority="interactive")
+    await h.drain()
+    assert h.order == ["first", "i1", "b1", "b2", "b3"]
+
+
+async def test_a_flooding_tenant_does_not_delay_another_beyond_its_share() -> None:
+    h = Harness(FairScheduler(2, 100, FakeClock()))
+    for i in range(12):
+        await h.submit(f"a{i}", tenant="a")
+    for i in range(3):
+        await h.submit(f"b{i}", tenant="b")
+    await h.drain()
+    served = [tag[0] for tag in h.order]
+    # Two of a's were dispatched before b arrived; from then on b alternates with a's
+    # backlog instead of waiting behind all ten of it.
+    assert served[:8] == ["a", "a", "a", "b", "a", "b", "a", "b"]
+    assert served[8:] == ["a"] * 7
+
+
+async def test_a_big_prompt_tenant_is_charged_more_and_served_less_often() -> None:
+    scheduler = FairScheduler(1, 100, FakeClock())
+    h = Harness(scheduler)
+    await h.submit("x", tenant="other")
+    for i in range(5):
+        await h.submit(f"big{i}", tenant="big", input_tokens=20_000, max_output_tokens=100)
+        await h.submit(f"small{i}", tenant="small", input_tokens=200, max_output_tokens=100)
+    for _ in range(6):
+        await h.finish_one()
+    counters = scheduler.snapshot().counters
+    # Both started at other's 100; big served one request, small five.
+    assert (counters["big"], counters["small"]) == (100 + 20_200, 100 + 5 * 400)
+    assert h.order[1:] == ["big0", "small0", "small1", "small2", "small3", "small4"]
+    await h.drain()
+
+
+async def test_a_tenant_back_from_idle_starts_at_the_lowest_active_counter() -> None:
+    scheduler = FairScheduler(1, 100, FakeClock())
+    h = Harness(scheduler)
+    for i in range(6):
+        await h.submit(f"a{i}", tenant="a", input_tokens=1000)
+    await h.finish_one()
+    await h.finish_one()
+    for i in range(3):
+        await h.submit(f"b{i}", tenant="b", input_tokens=1000)
+    counters = scheduler.snapshot().counters
+    assert counters["b"] == counters["a"] == 3000  # not zero: idle time is not credit
+    await h.drain()
+    # Had b kept a zero counter, b0 b1 b2 would all have gone before a3.
+    assert h.order == ["a0", "a1", "a2", "a3", "b0", "a4", "b1", "a5", "b2"]
+
+
+async def test_shed_at_once_when_the_deadline_is_out_of_reach() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(1, 10, clock, initial_service_s=2.0)
+    h = Harness(scheduler)
+    await h.submit("busy")
+    with pytest.raises(Shed) as shed:
+        await scheduler.acquire("t", 1.0, "batch", 10, 10, deadline=clock.now + 1.0)
+    assert shed.value.reason == "deadline_unreachable"
+    assert shed.value.retry_after_s == 2.0
+    await h.submit("ok", deadline=clock.now + 3.0)
+    assert [p[0] for p in h.pending] == ["ok"]
+    assert scheduler.snapshot().shed == {("batch", "deadline_unreachable"): 1}
+    await h.drain()
+
+
+async def test_lower_classes_are_shed_first() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(1, 10, clock, initial_service_s=1.0)
+    h = Harness(scheduler)
+    await h.submit("busy")
+    await h.submit("i0", priority="interactive")
+    await h.submit("b0")
+    await h.submit("b1")
+    deadline = clock.now + 3.0  # batch would wait 4 s (3 ahead), interactive 2 s (1 ahead)
+    with pytest.raises(Shed, match="deadline_unreachable"):
+        await scheduler.acquire("t", 1.0, "batch", 10, 10, deadline)
+    await h.submit("i1", priority="interactive", deadline=deadline)
+    assert len(h.pending) == 4
+    await h.drain()
+
+
+async def test_dropped_when_its_deadline_passes_in_the_queue() -> None:
+    scheduler = FairScheduler(1, 10, initial_service_s=0.001)  # real clock: a real timer
+    h = Harness(scheduler)
+    await h.submit("busy")
+    started = time.monotonic()
+    with pytest.raises(Shed) as shed:
+        await scheduler.acquire("t", 1.0, "batch", 10, 10, deadline=started + 0.05)
+    assert shed.value.reason == "deadline_passed"
+    assert 0.04 < time.monotonic() - started < 1.0
+    assert scheduler.snapshot().depth == {"interactive": 0, "batch": 0}
+    await h.drain()
+
+
+async def test_an_expired_waiter_is_never_dispatched() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(1, 10, clock, initial_service_s=0.1)
+    h = Harness(scheduler)
+    await h.submit("busy")
+    late = await h.submit("late", deadline=clock.now + 5)
+    await h.submit("patient", deadline=clock.now + 50)
+    clock.now += 10  # the timer runs on the loop's real clock; the dispatch check catches it
+    await h.finish_one()
+    assert h.order == ["busy", "patient"]
+    with pytest.raises(Shed, match="deadline_passed"):
+        await late
+    await h.drain()
+
+
+async def test_a_full_queue_displaces_the_newest_lower_class_waiter() -> None:
+    h = Harness(FairScheduler(1, 2, FakeClock()))
+    await h.submit("busy")
+    b1 = await h.submit("b1")
+    b2 = await h.submit("b2")
+    await h.submit("i1", priority="interactive")
+    with pytest.raises(Shed, match="displaced"):
+        await b2
+    with pytest.raises(Shed, match="queue_full"):
+        await h.scheduler.acquire("t", 1.0, "batch", 10, 10, FAR)
+    await h.submit("i2", priority="interactive")
+    with pytest.raises(Shed, match="displaced"):
+        await b1
+    with pytest.raises(Shed, match="queue_full"):
+        await h.scheduler.acquire("t", 1.0, "interactive", 10, 10, FAR)
+    assert h.scheduler.snapshot().shed == {
+        ("batch", "displaced"): 2,
+        ("batch", "queue_full"): 1,
+        ("interactive", "queue_full"): 1,
+    }
+    await h.drain()
+    assert h.order == ["busy", "i1", "i2"]
+
+
+async def test_a_cancelled_waiter_leaves_the_queue() -> None:
+    h = Harness(FairScheduler(1, 10, FakeClock()))
+    await h.submit("busy")
+    await h.submit("first", tenant="t")
+    gone = await h.submit("gone", tenant="t")
+    await h.submit("next", tenant="t")
+    gone.cancel()
+    await h.settle()
+    assert h.scheduler.snapshot().depth["batch"] == 2
+    await h.drain()
+    assert h.order == ["busy", "first", "next"]
+    assert h.scheduler.snapshot().in_flight == 0
+
+
+async def test_a_waiter_cancelled_just_before_a_release_is_skipped() -> None:
+    h = Harness(FairScheduler(1, 10, FakeClock()))
+    await h.submit("busy")
+    gone = await h.submit("gone", tenant="t")
+    await h.submit("next", tenant="t")
+    gone.cancel()  # its task has not run its clean-up yet when the slot frees
+    slot, _ = h.running.pop(0)
+    slot.release(100, 0)
+    await h.settle()
+    assert gone.cancelled()
+    assert h.order == ["busy", "next"]
+    await h.drain()
+    assert h.scheduler.snapshot().depth["batch"] == 0
+
+
+async def test_cancelled_right_after_the_grant_gives_the_slot_back() -> None:
+    scheduler = FairScheduler(1, 10, FakeClock())
+    h = Harness(scheduler)
+    await h.submit("busy")
+    granted = await h.submit("granted")
+    await h.submit("next")
+    slot, _ = h.running.pop(0)
+    slot.release(100, 0)  # grants "granted" ...
+    granted.cancel()  # ... whose client leaves before its task resumes
+    await h.settle()
+    assert granted.cancelled()
+    assert h.order == ["busy", "next"]  # the slot went on to the next, not lost
+    assert scheduler.snapshot().in_flight == 1
+    await h.drain()
+    snap = scheduler.snapshot()
+    assert (snap.in_flight, snap.depth["batch"]) == (0, 0)
+    assert snap.counters["granted"] == 100.0  # its lifted start: the estimate was refunded
+
+
+async def test_release_is_idempotent_and_feeds_the_estimator() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(2, 10, clock)
+    slot = await scheduler.acquire("t", 1.0, "interactive", 100, 50, FAR)
+    assert scheduler.snapshot().counters["t"] == 200.0  # the estimate, at dispatch
+    clock.now += 3.0
+    slot.release(100, 10)
+    slot.release(100, 10)
+    slot.abandon()
+    snap = scheduler.snapshot()
+    assert (snap.in_flight, snap.counters["t"], snap.mean_service_s) == (0, 120.0, 3.0)
+    assert snap.dispatched == {"interactive": 1, "batch": 0}
+
+
+async def test_wait_times_are_reported_per_class() -> None:
+    clock = FakeClock()
+    waits: list[tuple[str, float]] = []
+    scheduler = FairScheduler(1, 10, clock, on_wait=lambda cls, s: waits.append((cls, s)))
+    h = Harness(scheduler)
+    await h.submit("busy", priority="interactive")
+    await h.submit("queued")
+    clock.now += 2.5
+    await h.drain()
+    assert waits == [("interactive", 0.0), ("batch", 2.5)]
+
+
+async def test_bad_arguments_are_refused() -> None:
+    scheduler = FairScheduler(1, 10)
+    with pytest.raises(ValueError, match="weight"):
+        await scheduler.acquire("t", 0.0, "batch", 1, 1, FAR)
+    with pytest.raises(ValueError, match="priority"):
+        await scheduler.acquire("t", 1.0, "urgent", 1, 1, FAR)
+    with pytest.raises(ValueError, match="max_concurrency"):
+        FairScheduler(0, 10)
