@@ -47,7 +47,9 @@ class CacheKey:
     semantic: bool  # may tier 3 (embedding similarity) be used for this prompt?
 
 
-def mode_for(kind: str, body: dict[str, Any], cache_control: str | None, settings: PolicySettings) -> Mode:
+def mode_for(
+    kind: str, body: dict[str, Any], cache_control: str | None, settings: PolicySettings
+) -> Mode:
     directives = {d.strip().lower() for d in (cache_control or "").split(",")}
     if "no-store" in directives or not _cacheable(kind, body, settings):
         return Mode.BYPASS

@@ -104,8 +104,11 @@ def replay(kind: str, answer: dict[str, Any], include_usage: bool) -> list[bytes
         index = choice.get("index", 0)
         if chat:
             text = (choice.get("message") or {}).get("content") or ""
-            first = {"index": index, "delta": {"role": "assistant", "content": text},
-                     "finish_reason": None}
+            first = {
+                "index": index,
+                "delta": {"role": "assistant", "content": text},
+                "finish_reason": None,
+            }
             last = {"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}
         else:
             first = {"index": index, "text": choice.get("text", ""), "finish_reason": None}

@@ -149,6 +149,7 @@ class AnswerCache:
         return await self._semantic(probe)
 
     async def _semantic(self, probe: Probe) -> Found | None:
+        from cache.decision import Candidate, decide
 
         assert self._store is not None and self._embedder is not None
         assert self._decision is not None

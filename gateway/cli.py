@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", parents=[config], help="validate the configuration")
     check.set_defaults(run=_check)
 
+    stage = commands.add_parser(
+        "stage", parents=[config], help="stage a model's weights to local disk, with progress"
+    )
+    stage.add_argument("model", help="a model served by a backend that declares `weights`")
+    stage.set_defaults(run=_stage)
+
     keys = commands.add_parser("keys", help="manage API keys").add_subparsers(
         required=True, metavar="ACTION"
     )
@@ -77,6 +83,12 @@ def _check(settings: Settings, args: argparse.Namespace) -> int:
         f"{len(settings.tenants)} tenants)"
     )
     return 0
+
+
+def _stage(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.staging import stage_by_hand
+
+    return asyncio.run(stage_by_hand(settings, args.model))
 
 
 def _keys_create(settings: Settings, args: argparse.Namespace) -> int:

@@ -76,6 +76,31 @@ class Launch(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class Weights(_Strict):
+    """Where a backend's weights live, and when they are staged to local disk."""
+
+    uri: Annotated[str, StringConstraints(pattern=r"^s3://[^/]+(/.*)?$")]
+    # `always`: staged at gateway start and never evicted; `on_demand`: at first use.
+    staged: Literal["always", "on_demand"] = "on_demand"
+
+
+class S3Settings(_Strict):
+    endpoint_url: str | None = None  # None: AWS; else MinIO, R2, moto...
+    region: str = "us-east-1"
+    # None: the default AWS credential chain (IRSA, instance profile, env).
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+
+
+class StagingSettings(_Strict):
+    cache_dir: Path = Path(".gateway/weights")
+    disk_budget_gb: float = Field(default=100.0, gt=0)
+    chunk_mb: int = Field(default=8, ge=1)
+    parallelism: int = Field(default=8, ge=1)
+    readahead: Literal["pagecache", "none"] = "pagecache"
+    s3: S3Settings = S3Settings()
+
+
 class Backend(_Strict):
     name: Name
     kind: Literal["http"] = "http"
@@ -86,6 +111,7 @@ class Backend(_Strict):
     max_concurrency: int = Field(default=256, ge=1)
     health_path: str = "/models"
     launch: Launch | None = None
+    weights: Weights | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -183,6 +209,7 @@ class Settings(_Strict):
     limits: Limits = Limits()
     cache: CacheSettings = CacheSettings()
     traffic: TrafficSettings = TrafficSettings()
+    staging: StagingSettings = StagingSettings()
     backends: list[Backend] = Field(min_length=1)
     tenants: list[Tenant] = Field(default_factory=list)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -58,14 +58,32 @@ def test_only_the_last_user_turn_varies_within_a_namespace() -> None:
         cache_key("tenant:a", "m", "chat", chat(max_tokens=5)),
         cache_key("tenant:a", "m", "chat", chat(response_format={"type": "json_object"})),
         cache_key("tenant:a", "m", "chat", chat(tools=[tool("lookup_docs")])),
-        cache_key("tenant:a", "m", "chat", {"model": "m", "messages": [
-            {"role": "system", "content": "You are verbose."},
-            {"role": "user", "content": "What is a tuple?"}]}),
-        cache_key("tenant:a", "m", "chat", {"model": "m", "messages": [
-            {"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "Talk about Python."},
-            {"role": "assistant", "content": "Sure."},
-            {"role": "user", "content": "What is a tuple?"}]}),
+        cache_key(
+            "tenant:a",
+            "m",
+            "chat",
+            {
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "You are verbose."},
+                    {"role": "user", "content": "What is a tuple?"},
+                ],
+            },
+        ),
+        cache_key(
+            "tenant:a",
+            "m",
+            "chat",
+            {
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Talk about Python."},
+                    {"role": "assistant", "content": "Sure."},
+                    {"role": "user", "content": "What is a tuple?"},
+                ],
+            },
+        ),
     ]
     namespaces = {k.namespace for k in differs if k is not None}
     assert len(namespaces) == len(differs) and base.namespace not in namespaces
@@ -106,13 +124,24 @@ def _sse(*chunks: dict[str, Any], done: bool = True) -> bytes:
 
 def _delta(text: str | None, finish: str | None = None) -> dict[str, Any]:
     delta = {} if text is None else {"content": text}
-    return {"id": "c1", "object": "chat.completion.chunk", "created": 5, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 5,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 def test_recorder_rebuilds_the_whole_answer_split_anywhere() -> None:
-    usage = {"id": "c1", "object": "chat.completion.chunk", "created": 5, "model": "m",
-             "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+    usage = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 5,
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
     stream = _sse(_delta("Hel"), _delta("lo"), _delta(None, "stop"), usage)
     recorder = StreamRecorder("chat")
     for i in range(0, len(stream), 7):

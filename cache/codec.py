@@ -1,0 +1,131 @@
+"""Entry serialisation, shared by the stores.
+
+An entry becomes four byte fields: `meta` (orjson: the scalar fields), `vector` (raw
+float32), `features` and `response` (as given). Redis stores them as hash fields; the local
+snapshot file frames them with lengths:
+
+    b"GWCACHE1" | u32 dim | records... | b"END." | u32 count | u32 crc32(everything before)
+
+    record = u32 len | meta (with "hits" and "last_hit") | u32 len | vector | u32 len |
+             features | u32 len | response
+
+The file is written to a temporary name, fsynced and renamed over the old one, so a reader
+sees the old file or the new one; the trailing CRC rejects anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from cache.entry import CacheEntry
+
+_MAGIC = b"GWCACHE1"
+_END = b"END."
+_U32 = struct.Struct("<I")
+_FIELDS = ("meta", "vector", "features", "response")
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    entry: CacheEntry
+    last_hit: float  # 0 if never hit
+    hits: int
+
+
+class CorruptSnapshot(ValueError):
+    """The snapshot file is truncated, corrupt, or for another vector dimension."""
+
+
+def entry_fields(entry: CacheEntry, **extra: object) -> dict[str, bytes]:
+    meta = {
+        "entry_id": entry.entry_id,
+        "namespace": entry.namespace,
+        "prompt": entry.prompt,
+        "exact_key": entry.exact_key,
+        "normalized_key": entry.normalized_key,
+        "model": entry.model,
+        "tenant": entry.tenant,
+        "created_at": entry.created_at,
+        "ttl_s": entry.ttl_s,
+        **extra,
+    }
+    return {
+        "meta": orjson.dumps(meta),
+        "vector": np.ascontiguousarray(entry.vector, dtype=np.float32).tobytes(),
+        "features": entry.features,
+        "response": entry.response,
+    }
+
+
+def entry_from_fields(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> CacheEntry:
+    """Inverse of `entry_fields`; keys may be str or bytes (as Redis returns them)."""
+    by_name = {k.decode() if isinstance(k, bytes) else k: v for k, v in fields.items()}
+    meta = orjson.loads(by_name["meta"])
+    return CacheEntry(
+        entry_id=str(meta["entry_id"]),
+        namespace=str(meta["namespace"]),
+        prompt=str(meta["prompt"]),
+        exact_key=str(meta["exact_key"]),
+        normalized_key=str(meta["normalized_key"]),
+        vector=np.frombuffer(by_name["vector"], dtype=np.float32),
+        features=bytes(by_name["features"]),
+        response=bytes(by_name["response"]),
+        model=str(meta["model"]),
+        tenant=str(meta["tenant"]),
+        created_at=float(meta["created_at"]),
+        ttl_s=float(meta["ttl_s"]),
+    )
+
+
+def write_snapshot(path: Path, dim: int, stored: list[StoredEntry]) -> None:
+    """Atomically replace `path` with a snapshot of `stored`."""
+    parts = [_MAGIC, _U32.pack(dim)]
+    for item in stored:
+        fields = entry_fields(item.entry, hits=item.hits, last_hit=item.last_hit)
+        for name in _FIELDS:
+            parts += [_U32.pack(len(fields[name])), fields[name]]
+    body = b"".join([*parts, _END, _U32.pack(len(stored))])
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(body + _U32.pack(zlib.crc32(body)))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def read_snapshot(path: Path, dim: int) -> list[StoredEntry]:
+    """The entries of a snapshot; [] if there is none. Raises CorruptSnapshot."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    body, crc = data[:-4], data[-4:]
+    framed = body.startswith(_MAGIC) and body[-8:-4] == _END
+    if len(data) < 24 or not framed or _U32.pack(zlib.crc32(body)) != crc:
+        raise CorruptSnapshot(f"{path}: truncated or corrupt")
+    if _U32.unpack_from(body, len(_MAGIC))[0] != dim:
+        raise CorruptSnapshot(f"{path}: written for another vector dimension")
+    stored = list(_records(memoryview(body)[len(_MAGIC) + 4 : -len(_END) - 4]))
+    if len(stored) != _U32.unpack_from(body, len(body) - 4)[0]:
+        raise CorruptSnapshot(f"{path}: record count mismatch")
+    return stored
+
+
+def _records(view: memoryview) -> Iterator[StoredEntry]:
+    offset = 0
+    while offset < len(view):
+        fields: dict[str, bytes] = {}
+        for name in _FIELDS:
+            (size,) = _U32.unpack_from(view, offset)
+            fields[name] = bytes(view[offset + 4 : offset + 4 + size])
+            offset += 4 + size
+        meta = orjson.loads(fields["meta"])
+        yield StoredEntry(entry_from_fields(fields), float(meta["last_hit"]), int(meta["hits"]))

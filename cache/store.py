@@ -1,0 +1,341 @@
+"""The cache's entry store: where entries live, and how a lookup finds them.
+
+    CacheStore (protocol)
+    ├── LocalCacheStore   in memory, snapshotted to a local file (this module)
+    └── RedisCacheStore   entries in Redis, inserts streamed to every replica's index
+                          (cache/store_redis.py)
+
+    CacheUnavailable      the store cannot answer now (Redis unreachable or timing out);
+                          the gateway fails open on it and asks the model
+
+Both keep per entry its creation time and TTL (in the entry), last hit and hit count.
+A namespace holds at most `max_entries_per_namespace` entries: an insert beyond that evicts
+the least recently used one (hit or inserted), counted in `stats()["evictions"]`. Expired
+entries are never returned; a sweeper removes them (`stats()["expired"]`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+from anyio.abc import TaskGroup, TaskStatus
+
+from cache.codec import CorruptSnapshot, StoredEntry, read_snapshot, write_snapshot
+from cache.entry import CacheEntry, Vector
+from cache.index import Hit, IndexConfig, VectorIndex
+
+logger = logging.getLogger(__name__)
+
+# Below this many vectors a flat search costs ~0.1 ms: cheaper than the hop to a thread.
+_INLINE_SEARCH_MAX = 2048
+
+_Loop = Callable[[], Coroutine[Any, Any, None]]
+
+
+class CacheUnavailable(Exception):
+    """The cache store cannot be reached or timed out; treat as a miss."""
+
+
+class CacheStore(Protocol):
+    async def start(self, task_group: TaskGroup) -> None: ...
+    async def close(self) -> None: ...
+    async def get_by_key(self, namespace: str, key: str) -> CacheEntry | None: ...
+    async def nearest(
+        self, namespace: str, vector: Vector, k: int, floor: float
+    ) -> list[tuple[CacheEntry, float]]: ...
+    async def put(self, entry: CacheEntry) -> None: ...
+    async def record_hit(self, entry_id: str) -> None: ...
+    async def flush_namespace(self, namespace: str) -> int: ...
+    def stats(self) -> dict[str, int]: ...
+
+
+class BackgroundLoops:
+    """A store's loops, in their own cancel scope inside the owner's task group, so that
+    close() can stop them and wait until they have."""
+
+    def __init__(self) -> None:
+        self._scope: anyio.CancelScope | None = None
+        self._stopped: anyio.Event | None = None
+
+    async def start(self, task_group: TaskGroup, *loops: _Loop) -> None:
+        await task_group.start(self._run, loops)
+
+    async def _run(
+        self,
+        loops: Sequence[_Loop],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        self._stopped = anyio.Event()
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with anyio.create_task_group() as group:
+                    for loop in loops:
+                        group.start_soon(loop)
+                    task_status.started()
+        finally:
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        if self._scope is not None and self._stopped is not None:
+            self._scope.cancel()
+            await self._stopped.wait()
+
+
+async def search_index(
+    index: VectorIndex,
+    namespace: str,
+    vector: Vector,
+    k: int,
+    floor: float,
+    accept: Callable[[str], bool],
+) -> list[Hit]:
+    """Search on the event loop when the namespace is small, in a worker thread otherwise."""
+    if index.size(namespace) <= _INLINE_SEARCH_MAX:
+        return index.search(namespace, vector, k, floor, accept)
+    return await anyio.to_thread.run_sync(index.search, namespace, vector, k, floor, accept)
+
+
+def check_entry(entry: CacheEntry, dim: int) -> None:
+    if entry.vector.shape != (dim,):
+        raise ValueError(f"entry vector has shape {entry.vector.shape}, expected ({dim},)")
+
+
+@dataclass
+class _Slot:
+    entry: CacheEntry
+    last_hit: float = 0.0
+    hits: int = 0
+
+    @property
+    def expires_at(self) -> float:
+        return self.entry.created_at + self.entry.ttl_s
+
+    @property
+    def last_used(self) -> float:
+        return max(self.entry.created_at, self.last_hit)
+
+
+class LocalCacheStore:
+    """Entries in memory, snapshotted to `path` (None: memory only).
+
+    Persistence is a periodic snapshot, not a log: the sweeper rewrites the whole file
+    (atomically, see cache/codec.py) at most every `snapshot_interval_s` when something
+    changed, and close() writes a last one. A crash loses at most that interval of inserts,
+    which for a cache only costs misses. A corrupt file is logged and ignored.
+    """
+
+    def __init__(
+        self,
+        path: Path | None,
+        dim: int,
+        max_entries_per_namespace: int = 10_000,
+        *,
+        index_config: IndexConfig | None = None,
+        sweep_interval_s: float = 1.0,
+        snapshot_interval_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if max_entries_per_namespace < 1:
+            raise ValueError("max_entries_per_namespace must be at least 1")
+        self._path = path
+        self._dim = dim
+        self._max = max_entries_per_namespace
+        self._sweep_interval_s = sweep_interval_s
+        self._snapshot_interval_s = snapshot_interval_s
+        self._clock = clock
+        self._index = VectorIndex(dim, index_config)
+        self._slots: dict[str, _Slot] = {}
+        self._lru: dict[str, OrderedDict[str, None]] = {}  # per namespace, least recent first
+        self._keys: dict[tuple[str, str], str] = {}  # (namespace, exact or normalized key) -> id
+        self._expiry: list[tuple[float, str]] = []  # heap of (expires_at, entry_id)
+        # Index changes run in threads; this keeps them in the order of the map changes.
+        self._index_lock = anyio.Lock()
+        self._loops = BackgroundLoops()
+        self._evictions = self._expired = 0
+        self._dirty = False
+        self._snapshot_at = time.monotonic()
+
+    async def start(self, task_group: TaskGroup) -> None:
+        if self._path is not None:
+            await self._load(self._path)
+        await self._loops.start(task_group, self._sweep_forever)
+
+    async def close(self) -> None:
+        await self._loops.stop()
+        if self._dirty:
+            await self._snapshot()
+
+    async def get_by_key(self, namespace: str, key: str) -> CacheEntry | None:
+        slot = self._slots.get(self._keys.get((namespace, key), ""))
+        if slot is None or slot.entry.namespace != namespace:
+            return None
+        return None if slot.entry.expired(self._clock()) else slot.entry
+
+    async def nearest(
+        self, namespace: str, vector: Vector, k: int, floor: float
+    ) -> list[tuple[CacheEntry, float]]:
+        now = self._clock()
+
+        def live(entry_id: str) -> bool:
+            slot = self._slots.get(entry_id)
+            return slot is not None and not slot.entry.expired(now)
+
+        hits = await search_index(self._index, namespace, vector, k, floor, live)
+        return [(self._slots[i].entry, score) for i, score in hits if i in self._slots]
+
+    async def put(self, entry: CacheEntry) -> None:
+        check_entry(entry, self._dim)
+        if entry.expired(self._clock()):
+            return
+        replaced = self._forget(entry.entry_id)
+        self._remember(_Slot(entry))
+        evicted = self._evict(entry.namespace)
+        self._dirty = True
+        async with self._index_lock:
+            await anyio.to_thread.run_sync(self._index_put, entry, replaced, evicted)
+
+    async def record_hit(self, entry_id: str) -> None:
+        slot = self._slots.get(entry_id)
+        if slot is not None:
+            slot.last_hit = self._clock()
+            slot.hits += 1
+            self._lru[slot.entry.namespace].move_to_end(entry_id)
+            self._dirty = True
+
+    async def flush_namespace(self, namespace: str) -> int:
+        doomed = list(self._lru.get(namespace, ()))
+        for entry_id in doomed:
+            self._forget(entry_id)
+        async with self._index_lock:
+            await anyio.to_thread.run_sync(self._index.drop, namespace)
+        self._dirty = self._dirty or bool(doomed)
+        return len(doomed)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "entries": len(self._slots),
+            "namespaces": len(self._lru),
+            "evictions": self._evictions,
+            "expired": self._expired,
+        }
+
+    def _remember(self, slot: _Slot) -> None:
+        entry = slot.entry
+        self._slots[entry.entry_id] = slot
+        self._lru.setdefault(entry.namespace, OrderedDict())[entry.entry_id] = None
+        self._keys[(entry.namespace, entry.exact_key)] = entry.entry_id
+        self._keys[(entry.namespace, entry.normalized_key)] = entry.entry_id
+        heapq.heappush(self._expiry, (slot.expires_at, entry.entry_id))
+
+    def _forget(self, entry_id: str) -> _Slot | None:
+        """Drop an entry from the maps (not from the index: callers batch that)."""
+        slot = self._slots.pop(entry_id, None)
+        if slot is None:
+            return None
+        namespace = slot.entry.namespace
+        lru = self._lru[namespace]
+        del lru[entry_id]
+        if not lru:
+            del self._lru[namespace]
+        for key in (slot.entry.exact_key, slot.entry.normalized_key):
+            if self._keys.get((namespace, key)) == entry_id:
+                del self._keys[(namespace, key)]
+        return slot
+
+    def _evict(self, namespace: str) -> list[str]:
+        lru, evicted = self._lru.get(namespace, OrderedDict()), []
+        while len(lru) > self._max:
+            evicted.append(next(iter(lru)))
+            self._forget(evicted[-1])
+        self._evictions += len(evicted)
+        return evicted
+
+    def _index_put(self, entry: CacheEntry, replaced: _Slot | None, evicted: list[str]) -> None:
+        if replaced is not None:
+            self._index.remove(replaced.entry.namespace, [entry.entry_id])
+        self._index.add(entry.namespace, [entry.entry_id], entry.vector)
+        self._index.remove(entry.namespace, evicted)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await anyio.sleep(self._sweep_interval_s)
+            try:
+                await self.sweep()
+            except Exception:  # a maintenance bug must not take the gateway down
+                logger.exception("cache sweep failed")
+
+    async def sweep(self) -> None:
+        """Remove expired entries, compact or convert indexes, snapshot if due."""
+        expired = self._pop_expired(self._clock())
+        self._expired += len(expired)
+        self._dirty = self._dirty or bool(expired)
+        async with self._index_lock:
+            await anyio.to_thread.run_sync(self._index_remove, expired)
+        await anyio.to_thread.run_sync(self._index.maintain)  # safe beside adds and removes
+        if self._dirty and time.monotonic() - self._snapshot_at >= self._snapshot_interval_s:
+            await self._snapshot()
+
+    def _pop_expired(self, now: float) -> list[_Slot]:
+        expired = []
+        while self._expiry and self._expiry[0][0] <= now:
+            expires_at, entry_id = heapq.heappop(self._expiry)
+            slot = self._slots.get(entry_id)
+            if slot is not None and slot.expires_at == expires_at:
+                expired.append(slot)
+                self._forget(entry_id)
+        if len(self._expiry) > 2 * len(self._slots) + 1024:  # drop stale heap items
+            self._expiry = [(s.expires_at, i) for i, s in self._slots.items()]
+            heapq.heapify(self._expiry)
+        return expired
+
+    def _index_remove(self, slots: list[_Slot]) -> None:
+        for slot in slots:
+            self._index.remove(slot.entry.namespace, [slot.entry.entry_id])
+
+    async def _snapshot(self) -> None:
+        if self._path is None:
+            return
+        self._dirty, self._snapshot_at = False, time.monotonic()
+        slots = list(self._slots.values())
+        try:
+            await anyio.to_thread.run_sync(_write, self._path, self._dim, slots)
+        except OSError as exc:
+            self._dirty = True
+            logger.warning("cannot write cache snapshot %s: %s", self._path, exc)
+
+    async def _load(self, path: Path) -> None:
+        try:
+            stored = await anyio.to_thread.run_sync(read_snapshot, path, self._dim)
+        except (OSError, CorruptSnapshot) as exc:
+            logger.warning("ignoring cache snapshot: %s", exc)
+            return
+        now = self._clock()
+        live = [s for s in stored if not s.entry.expired(now) and s.entry.vector.size == self._dim]
+        for item in sorted(live, key=lambda s: max(s.entry.created_at, s.last_hit)):
+            self._remember(_Slot(item.entry, item.last_hit, item.hits))
+        for namespace in list(self._lru):
+            self._evict(namespace)
+        await anyio.to_thread.run_sync(self._index_all)
+
+    def _index_all(self) -> None:
+        import numpy as np
+
+        for namespace, ids in self._lru.items():
+            vectors = np.stack([self._slots[i].entry.vector for i in ids])
+            self._index.add(namespace, list(ids), vectors)
+
+
+def _write(path: Path, dim: int, slots: list[_Slot]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_snapshot(path, dim, [StoredEntry(s.entry, s.last_hit, s.hits) for s in slots])

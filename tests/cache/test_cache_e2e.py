@@ -1,0 +1,339 @@
+"""The semantic cache end to end: real MiniLM, real FAISS, real Redis, the gateway as a real
+server, the official `openai` client. The fake upstream echoes the prompt it answered, so a
+hit is visible in the content: the answer names the *cached* prompt, not the new one."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import GatewayFactory, fake_backend, hash_of
+from tests.support.processes import Gateway, free_port, start_fake_upstream, start_gateway
+
+KEY_A, KEY_B = "sk-test-cache-a-0123456789", "sk-test-cache-b-0123456789"
+
+
+def cache_config(upstream: str, state: dict[str, Any], **cache: Any) -> dict[str, Any]:
+    return {
+        "state": state,
+        "cache": {"enabled": True, **cache},
+        "backends": [fake_backend(upstream)],
+        "tenants": [
+            {"name": "a", "keys": [{"sha256": hash_of(KEY_A)}]},
+            {"name": "b", "keys": [{"sha256": hash_of(KEY_B)}]},
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server, base_url = start_fake_upstream(tmp_path_factory.mktemp("up"))
+    yield base_url
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    work = tmp_path_factory.mktemp("cache-gw")
+    state = {"url": "memory", "path": str(work / "state.json")}
+    gw = start_gateway(cache_config(upstream, state, path=str(work / "cache")), work, timeout_s=120)
+    yield gw
+    gw.stop()
+
+
+def upstream_calls(upstream: str) -> int:
+    return int(httpx.get(upstream.removesuffix("/v1") + "/_stats").json()["requests"])
+
+
+def ask(
+    gw: Gateway,
+    prompt: str,
+    key: str = KEY_A,
+    system: str = "Be brief.",
+    model: str = "echo",
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> httpx.Response:
+    body = {
+        "model": model,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+        **extra,
+    }
+    response = httpx.post(
+        gw.base_url + "/chat/completions",
+        json=body,
+        timeout=30,
+        headers={"Authorization": f"Bearer {key}", **(headers or {})},
+    )
+    assert response.status_code == 200, response.text
+    return response
+
+
+def content(response: httpx.Response) -> str:
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+def stored(gw: Gateway, prompt: str, **kw: Any) -> httpx.Response:
+    """Asks once (a miss) and waits until the answer is in the cache."""
+    first = ask(gw, prompt, **kw)
+    assert first.headers["x-cache"] == "miss"
+    deadline = time.monotonic() + 5
+    while ask(gw, prompt, **kw).headers["x-cache"] != "hit":
+        assert time.monotonic() < deadline, f"{prompt!r} was not stored"
+        time.sleep(0.05)
+    return first
+
+
+def test_exact_repeat_is_served_from_cache(gateway: Gateway, upstream: str) -> None:
+    stored(gateway, "What is the capital of Australia?")
+    before = upstream_calls(upstream)
+    again = ask(gateway, "What is the capital of Australia?")
+    assert upstream_calls(upstream) == before
+    assert again.headers["x-cache-tier"] == "exact"
+    assert content(again) == "echo: What is the capital of Australia?"
+    usage = again.json()["usage"]
+    assert usage["total_tokens"] == 0 and usage["saved_tokens"] > 0
+    assert int(again.headers["age"]) >= 0
+
+
+def test_case_and_punctuation_variant_hits_normalized_tier(gateway: Gateway) -> None:
+    stored(gateway, "How do I undo the last git commit?")
+    variant = ask(gateway, "how do I undo the last git commit")
+    assert variant.headers["x-cache"] == "hit"
+    assert variant.headers["x-cache-tier"] == "normalized"
+    assert content(variant) == "echo: How do I undo the last git commit?"
+
+
+@pytest.mark.parametrize(
+    ("cached", "asked"),
+    [
+        ("Convert 10 km to miles", "Convert 12 km to miles"),
+        ("Convert 10 km to miles", "Convert 10 miles to km"),
+        (
+            "Sort this list in ascending order: 3, 1, 2",
+            "Sort this list in descending order: 3, 1, 2",
+        ),
+        (
+            "Write a SQL query that selects users with orders",
+            "Write a SQL query that selects users without orders",
+        ),
+        ("Solve for x: 2x - 5 = 11", "Solve for x: 2x + 5 = 11"),
+    ],
+)
+def test_different_meaning_is_never_served(gateway: Gateway, cached: str, asked: str) -> None:
+    stored(gateway, cached)
+    other = ask(gateway, asked)
+    assert other.headers["x-cache"] == "miss", other.headers.get("x-cache-tier")
+    assert content(other) == f"echo: {asked}"
+
+
+def test_paraphrases_hit_semantic_tier(gateway: Gateway) -> None:
+    pairs = [
+        ("How do I reverse a list in Python?", "How can I reverse a list in Python?"),
+        (
+            "What is the boiling point of water at sea level?",
+            "At sea level, what is the boiling point of water?",
+        ),
+        ("How do I reset my password?", "How can I reset my password?"),
+    ]
+    hits = []
+    for cached, asked in pairs:
+        stored(gateway, cached)
+        answer = ask(gateway, asked)
+        if answer.headers["x-cache"] == "hit":
+            assert answer.headers["x-cache-tier"] == "semantic"
+            assert 0.8 <= float(answer.headers["x-cache-similarity"]) <= 1.0
+            assert content(answer) == f"echo: {cached}"
+            hits.append(asked)
+    assert len(hits) >= 2, f"paraphrases served from cache: {hits}"
+
+
+def test_tenants_never_share_entries(gateway: Gateway) -> None:
+    stored(gateway, "Summarise our refund policy", key=KEY_A)
+    other = ask(gateway, "Summarise our refund policy", key=KEY_B)
+    assert other.headers["x-cache"] == "miss"
+    # Nothing the client sends can pick another tenant's namespace.
+    forged = ask(
+        gateway,
+        "Summarise our refund policy",
+        key=KEY_B,
+        headers={"x-tenant": "a", "x-cache-namespace": "tenant:a"},
+        user="a",
+    )
+    assert forged.headers["x-cache"] == "miss"
+
+
+def test_other_system_prompt_model_or_parameters_miss(gateway: Gateway) -> None:
+    stored(gateway, "Name three prime numbers")
+    assert (
+        ask(gateway, "Name three prime numbers", system="Answer in French.").headers["x-cache"]
+        == "miss"
+    )
+    assert ask(gateway, "Name three prime numbers", model="slow").headers["x-cache"] == "miss"
+    assert ask(gateway, "Name three prime numbers", max_tokens=5).headers["x-cache"] == "miss"
+
+
+def test_cache_control_headers(gateway: Gateway, upstream: str) -> None:
+    stored(gateway, "List the planets of the solar system")
+    before = upstream_calls(upstream)
+    fresh = ask(
+        gateway, "List the planets of the solar system", headers={"Cache-Control": "no-cache"}
+    )
+    assert fresh.headers["x-cache"] == "bypass" and upstream_calls(upstream) == before + 1
+    ask(gateway, "A question never stored", headers={"Cache-Control": "no-store"})
+    assert ask(gateway, "A question never stored").headers["x-cache"] == "miss"
+    hot = ask(gateway, "List the planets of the solar system", temperature=1.7)
+    assert hot.headers["x-cache"] == "bypass"
+
+
+def test_streamed_answer_is_stored_and_replayed_as_valid_sse(gateway: Gateway) -> None:
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=KEY_A, max_retries=0)
+    messages = [{"role": "user", "content": "Explain recursion in one sentence"}]
+    first = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(model="echo", messages=messages, stream=True)
+    )  # type: ignore[arg-type]
+    assert first == "echo: Explain recursion in one sentence"
+    deadline = time.monotonic() + 5
+    while True:
+        raw = client.chat.completions.with_raw_response.create(
+            model="echo",
+            messages=messages,
+            stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True},
+        )
+        chunks = list(raw.parse())
+        if raw.headers["x-cache"] == "hit":
+            break
+        assert time.monotonic() < deadline, "streamed answer was not stored"
+        time.sleep(0.05)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == first
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 0
+
+
+def test_cut_stream_is_never_stored(gateway: Gateway, upstream: str) -> None:
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=KEY_A, max_retries=0)
+    messages = [{"role": "user", "content": "This stream breaks"}]
+    for _ in range(2):
+        before = upstream_calls(upstream)
+        with pytest.raises(openai.APIError):
+            list(
+                client.chat.completions.create(
+                    model="die-midstream",
+                    messages=messages,  # type: ignore[arg-type]
+                    stream=True,
+                )
+            )
+        assert upstream_calls(upstream) == before + 1
+        time.sleep(0.3)
+
+
+def test_upstream_errors_are_never_stored(gateway: Gateway, upstream: str) -> None:
+    body = {"model": "error-500", "messages": [{"role": "user", "content": "fail please"}]}
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    for _ in range(2):
+        before = upstream_calls(upstream)
+        answer = httpx.post(gateway.base_url + "/chat/completions", json=body, headers=headers)
+        assert answer.status_code == 502 and upstream_calls(upstream) == before + 1
+        time.sleep(0.3)
+
+
+def test_metrics_count_hits_misses_and_stages(gateway: Gateway) -> None:
+    text = httpx.get(gateway.url + "/metrics").text
+    assert 'result="hit",tenant="a",tier="exact"' in text
+    assert 'result="miss",tenant="a",tier="-"' in text
+    assert 'gateway_cache_lookup_seconds_bucket{le="0.01",stage="embed"}' in text
+    assert 'gateway_cache_lookup_seconds_bucket{le="0.01",stage="search"}' in text
+    entries = [line for line in text.splitlines() if line.startswith("gateway_cache_entries ")]
+    assert entries and float(entries[0].split()[1]) >= 5
+
+
+def test_ttl_expiry_and_lru_eviction(
+    gateway_factory: GatewayFactory, upstream: str, tmp_path: Path
+) -> None:
+    state = {"url": "memory", "path": str(tmp_path / "state.json")}
+    gw = gateway_factory(
+        cache_config(
+            upstream, state, path=str(tmp_path / "c"), ttl_s=2, max_entries_per_namespace=2
+        ),
+        timeout_s=120,
+    )
+    stored(gw, "first question about cats")
+    stored(gw, "second question about dogs")
+    stored(gw, "third question about birds")
+    assert ask(gw, "first question about cats").headers["x-cache"] == "miss"  # evicted (LRU)
+    assert ask(gw, "third question about birds").headers["x-cache"] == "hit"
+    time.sleep(2.2)
+    assert ask(gw, "third question about birds").headers["x-cache"] == "miss"  # expired
+
+
+def test_entries_survive_a_restart_with_the_embedded_store(
+    gateway_factory: GatewayFactory, upstream: str, tmp_path: Path
+) -> None:
+    state = {"url": "memory", "path": str(tmp_path / "state.json")}
+    config = cache_config(upstream, state, path=str(tmp_path / "c"))
+    gw = gateway_factory(config, timeout_s=120)
+    stored(gw, "What does HTTP 418 mean?")
+    assert gw.stop() == 0
+    again = gateway_factory(config, timeout_s=120)
+    assert ask(again, "What does HTTP 418 mean?").headers["x-cache"] == "hit"
+
+
+def test_second_replica_serves_the_first_ones_entry(
+    gateway_factory: GatewayFactory, upstream: str, redis_url: str, redis_prefix: str
+) -> None:
+    config = cache_config(upstream, {"url": redis_url, "prefix": redis_prefix})
+    first = gateway_factory(config, timeout_s=120)
+    second = gateway_factory(config, timeout_s=120)
+    ask(first, "Which port does HTTPS use by default?")
+    stored_at = time.monotonic()
+    while ask(second, "Which port does HTTPS use by default?").headers["x-cache"] != "hit":
+        assert time.monotonic() - stored_at < 1.5, "second replica did not see the entry"
+        time.sleep(0.05)
+    third = gateway_factory(config, timeout_s=120)  # a replica started later rebuilds
+    assert ask(third, "Which port does HTTPS use by default?").headers["x-cache"] == "hit"
+
+
+def test_redis_stopped_mid_test_fails_open(
+    gateway_factory: GatewayFactory, upstream: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.3)
+        gw = gateway_factory(
+            cache_config(upstream, {"url": f"redis://127.0.0.1:{port}"}), timeout_s=120
+        )
+        stored(gw, "What is a monad?")
+        server.kill()
+        server.wait()
+        started = time.monotonic()
+        answer = ask(gw, "What is a monad?")
+        assert answer.headers["x-cache"] == "miss" and time.monotonic() - started < 2
+        assert content(answer) == "echo: What is a monad?"
+        assert "gateway_cache_fail_open_total" in httpx.get(gw.url + "/metrics").text
+    finally:
+        server.kill()

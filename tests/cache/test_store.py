@@ -1,0 +1,447 @@
+"""Entry stores: the local one (memory + snapshot file) and Redis replicas, real Redis."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import numpy as np
+import pytest
+import redis as sync_redis
+import redis.asyncio as aioredis
+
+from cache.codec import write_snapshot
+from cache.entry import CacheEntry
+from cache.store import CacheStore, CacheUnavailable, LocalCacheStore
+from cache.store_redis import RedisCacheStore
+from tests.support.processes import free_port
+
+DIM = 32
+T = TypeVar("T")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self, seconds: float = 1.0) -> float:
+        self.now += seconds
+        return self.now
+
+
+def vector(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def entry(
+    seed: int, namespace: str = "ns", *, ttl_s: float = 600.0, at: float | None = None
+) -> CacheEntry:
+    return CacheEntry(
+        entry_id=uuid.uuid4().hex,
+        namespace=namespace,
+        prompt=f"prompt {seed}",
+        exact_key=f"exact-{namespace}-{seed}",
+        normalized_key=f"norm-{namespace}-{seed}",
+        vector=vector(seed),
+        features=b"\x00features\xff",
+        response=b'{"choices": [{"message": {"content": "%d"}}]}' % seed,
+        model="m",
+        tenant="t",
+        created_at=time.time() if at is None else at,
+        ttl_s=ttl_s,
+    )
+
+
+def same(a: CacheEntry | None, b: CacheEntry) -> bool:
+    return (
+        a is not None
+        and (a.entry_id, a.namespace, a.prompt, a.exact_key, a.normalized_key, a.features)
+        == (b.entry_id, b.namespace, b.prompt, b.exact_key, b.normalized_key, b.features)
+        and (a.response, a.model, a.tenant, a.created_at, a.ttl_s)
+        == (b.response, b.model, b.tenant, b.created_at, b.ttl_s)
+        and np.array_equal(a.vector, b.vector)
+    )
+
+
+async def eventually(check: Callable[[], Awaitable[T]], within_s: float = 1.0) -> T:
+    """The first truthy result of `check`, polled until `within_s`."""
+    with anyio.fail_after(within_s):
+        while not (result := await check()):
+            await anyio.sleep(0.01)
+    return result
+
+
+@contextlib.asynccontextmanager
+async def running(*stores: CacheStore) -> AsyncIterator[None]:
+    async with anyio.create_task_group() as group:
+        try:
+            for store in stores:
+                await store.start(group)
+            yield
+        finally:
+            for store in stores:
+                await store.close()
+
+
+@pytest.fixture
+def cleanup_redis(redis_url: str, redis_prefix: str) -> Iterator[None]:
+    yield
+    with sync_redis.Redis.from_url(redis_url) as client:
+        keys = list(client.scan_iter(match=f"{{{redis_prefix}}}:*"))
+        if keys:
+            client.delete(*keys)
+
+
+@pytest.fixture(params=["local", "redis"])
+def make_store(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str
+) -> Callable[..., CacheStore]:
+    """A factory for either store; Redis ones share the test's prefix (= replicas)."""
+
+    def make(**kw: Any) -> CacheStore:
+        if request.param == "local":
+            return LocalCacheStore(tmp_path / "cache.bin", DIM, **kw)
+        request.getfixturevalue("cleanup_redis")
+        url = request.getfixturevalue("redis_url")
+        return RedisCacheStore(url, redis_prefix, DIM, **kw)
+
+    return make
+
+
+# Behaviour both stores share -------------------------------------------------------------
+
+
+async def test_lookup_by_either_key_and_by_vector(make_store: Callable[..., CacheStore]) -> None:
+    store = make_store()
+    async with running(store):
+        stored = entry(1)
+        await store.put(stored)
+        await store.put(entry(2))
+        assert same(await store.get_by_key("ns", stored.exact_key), stored)
+        assert same(await store.get_by_key("ns", stored.normalized_key), stored)
+        assert await store.get_by_key("ns", "nope") is None
+        hits = await store.nearest("ns", stored.vector, k=2, floor=-1.0)
+        assert same(hits[0][0], stored) and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+        assert len(hits) == 2 and hits[1][1] < hits[0][1]
+        assert len(await store.nearest("ns", stored.vector, k=2, floor=0.99)) == 1
+        assert store.stats() == {"entries": 2, "namespaces": 1, "evictions": 0, "expired": 0}
+
+
+async def test_namespaces_never_leak(make_store: Callable[..., CacheStore]) -> None:
+    store = make_store()
+    async with running(store):
+        mine = entry(1, "tenant-a")
+        await store.put(mine)
+        await store.put(entry(2, "tenant-b"))
+        assert await store.get_by_key("tenant-b", mine.exact_key) is None
+        hits = await store.nearest("tenant-b", mine.vector, k=5, floor=-1.0)
+        assert [h[0].namespace for h in hits] == ["tenant-b"]
+        assert await store.nearest("tenant-c", mine.vector, k=5, floor=-1.0) == []
+
+
+async def test_expired_entries_are_never_returned_and_get_swept(
+    make_store: Callable[..., CacheStore],
+) -> None:
+    store = make_store(sweep_interval_s=0.05)
+    async with running(store):
+        short, long = entry(1, ttl_s=0.2), entry(2)
+        await store.put(short)
+        await store.put(long)
+        assert same(await store.get_by_key("ns", short.exact_key), short)
+        await anyio.sleep(0.25)
+        assert await store.get_by_key("ns", short.exact_key) is None
+        hits = await store.nearest("ns", short.vector, k=1, floor=-1.0)
+        assert [h[0].entry_id for h in hits] == [long.entry_id]  # the next one, not a miss
+        await eventually(lambda: _true(store.stats()["expired"] == 1))
+        assert store.stats()["entries"] == 1
+
+
+async def test_lru_eviction_order_and_count(make_store: Callable[..., CacheStore]) -> None:
+    clock = Clock()
+    store = make_store(max_entries_per_namespace=3, clock=clock)
+    async with running(store):
+        a, b, c, d, e = (entry(i, at=clock.now) for i in range(5))
+
+        async def kept() -> list[bool]:
+            return [await store.get_by_key("ns", x.exact_key) is not None for x in (a, b, c, d, e)]
+
+        for item in (a, b, c):
+            clock.tick()
+            await store.put(item)
+        clock.tick()
+        await store.record_hit(a.entry_id)  # a is now more recent than b and c
+        clock.tick()
+        await store.put(d)
+        assert await kept() == [True, False, True, True, False]
+        clock.tick()
+        await store.put(entry(9, "other", at=clock.now))  # other namespaces do not count
+        clock.tick()
+        await store.put(e)
+        assert await kept() == [True, False, False, True, True]
+        hits = await store.nearest("ns", b.vector, k=5, floor=-1.0)
+        assert {h[0].entry_id for h in hits} == {a.entry_id, d.entry_id, e.entry_id}
+        assert store.stats() == {"entries": 4, "namespaces": 2, "evictions": 2, "expired": 0}
+
+
+async def test_flush_namespace(make_store: Callable[..., CacheStore]) -> None:
+    store = make_store()
+    async with running(store):
+        doomed, kept = entry(1, "a"), entry(2, "b")
+        for item in (doomed, entry(3, "a"), kept):
+            await store.put(item)
+        assert await store.flush_namespace("a") == 2
+        assert await store.flush_namespace("a") == 0
+        assert await store.get_by_key("a", doomed.exact_key) is None
+        assert await store.nearest("a", doomed.vector, k=3, floor=-1.0) == []
+        assert same(await store.get_by_key("b", kept.exact_key), kept)
+        again = entry(4, "a")
+        await store.put(again)  # a flushed namespace takes new entries
+        assert [h[0].entry_id for h in await store.nearest("a", again.vector, 3, -1.0)] == [
+            again.entry_id
+        ]
+
+
+async def test_putting_an_id_again_replaces_the_entry(
+    make_store: Callable[..., CacheStore],
+) -> None:
+    store = make_store()
+    async with running(store):
+        first = entry(1)
+        second = dataclasses.replace(entry(2), entry_id=first.entry_id)
+        await store.put(first)
+        await store.put(second)
+        await store.record_hit("no-such-entry")  # nothing to count, no error
+        assert await store.get_by_key("ns", first.exact_key) is None
+        assert same(await store.get_by_key("ns", second.exact_key), second)
+        hits = await store.nearest("ns", first.vector, k=5, floor=-1.0)
+        assert [(h[0].entry_id, h[0].prompt) for h in hits] == [(first.entry_id, "prompt 2")]
+        assert store.stats()["entries"] == 1
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+# Local store: persistence ----------------------------------------------------------------
+
+
+async def test_local_store_survives_a_restart(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "state" / "cache.bin"
+    first = LocalCacheStore(path, DIM, max_entries_per_namespace=2, clock=clock)
+    old, hit = entry(1, at=clock.tick()), entry(2, at=clock.tick())
+    async with running(first):
+        await first.put(old)
+        await first.put(hit)
+        await first.put(entry(3, ttl_s=5, at=clock.tick()))  # evicts old
+        await first.record_hit(hit.entry_id)
+    assert path.exists() and [p.name for p in path.parent.iterdir()] == ["cache.bin"]
+
+    clock.tick(10)  # entry 3 expires while the gateway is down
+    second = LocalCacheStore(path, DIM, max_entries_per_namespace=2, clock=clock)
+    async with running(second):
+        assert same(await second.get_by_key("ns", hit.normalized_key), hit)
+        assert await second.get_by_key("ns", old.exact_key) is None
+        hits = await second.nearest("ns", hit.vector, k=3, floor=-1.0)
+        assert [h[0].entry_id for h in hits] == [hit.entry_id]
+        assert second.stats()["entries"] == 1
+
+
+async def test_local_store_ignores_a_corrupt_or_foreign_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "cache.bin"
+    write_snapshot(path, DIM, [])
+    path.write_bytes(path.read_bytes()[:-1])  # truncated
+    store = LocalCacheStore(path, DIM)
+    async with running(store):
+        assert store.stats()["entries"] == 0
+        await store.put(entry(1))
+    other_dim = LocalCacheStore(path, DIM * 2)
+    async with running(other_dim):
+        assert other_dim.stats()["entries"] == 0
+
+
+async def test_local_store_snapshots_periodically(tmp_path: Path) -> None:
+    path = tmp_path / "cache.bin"
+    store = LocalCacheStore(path, DIM, sweep_interval_s=0.02, snapshot_interval_s=0.05)
+    async with running(store):
+        await store.put(entry(1))
+        await eventually(lambda: _true(path.exists()))
+        reader = LocalCacheStore(path, DIM)  # a crash now would keep the entry
+        async with running(reader):
+            assert reader.stats()["entries"] == 1
+
+
+# Redis store: replication between replicas --------------------------------------------------
+
+
+@pytest.fixture
+def replica(
+    redis_url: str, redis_prefix: str, cleanup_redis: None
+) -> Iterator[Callable[..., RedisCacheStore]]:
+    def make(**kw: Any) -> RedisCacheStore:
+        return RedisCacheStore(redis_url, redis_prefix, DIM, **kw)
+
+    yield make
+
+
+async def test_an_insert_on_one_replica_is_served_by_another_within_a_second(
+    replica: Callable[..., RedisCacheStore],
+) -> None:
+    first, second = replica(), replica()
+    async with running(first, second):
+        stored = entry(1)
+        started = time.monotonic()
+        await first.put(stored)
+
+        async def found() -> bool:
+            hits = await second.nearest("ns", stored.vector, k=1, floor=0.9)
+            return bool(hits) and same(hits[0][0], stored)
+
+        await eventually(found, within_s=1.0)
+        assert time.monotonic() - started < 1.0
+        assert same(await second.get_by_key("ns", stored.exact_key), stored)
+
+        late = replica()  # a replica started later rebuilds from Redis
+        async with running(late):
+            hits = await late.nearest("ns", stored.vector, k=1, floor=0.9)
+            assert same(hits[0][0], stored) and late.stats()["entries"] == 1
+
+
+async def test_flush_and_evictions_propagate(replica: Callable[..., RedisCacheStore]) -> None:
+    first, second = replica(max_entries_per_namespace=2), replica(max_entries_per_namespace=2)
+    async with running(first, second):
+        entries = [entry(i) for i in range(3)]
+        for item in entries:
+            await first.put(item)
+            await anyio.sleep(0.002)  # distinct LRU scores
+        assert first.stats()["evictions"] == 1
+
+        async def evicted_there() -> bool:
+            hits = await second.nearest("ns", entries[0].vector, k=3, floor=-1.0)
+            found = {h[0].entry_id for h in hits}
+            return found == {entries[1].entry_id, entries[2].entry_id}
+
+        await eventually(evicted_there)
+        assert second.stats()["entries"] == 2
+
+        assert await second.flush_namespace("ns") == 2
+
+        async def flushed_there() -> bool:
+            return first.stats()["entries"] == 0
+
+        await eventually(flushed_there)
+        assert await first.nearest("ns", entries[2].vector, k=1, floor=-1.0) == []
+
+
+async def test_a_gap_in_the_stream_makes_a_replica_rebuild(
+    replica: Callable[..., RedisCacheStore], redis_url: str, redis_prefix: str
+) -> None:
+    first, second = replica(), replica()
+    async with running(first, second):
+        client = aioredis.Redis.from_url(redis_url)
+        await client.incr(f"{{{redis_prefix}}}:cache:seq")  # a message second never sees
+        await client.aclose()
+        stored = entry(1)
+        await first.put(stored)
+
+        async def found() -> bool:
+            return bool(await second.nearest("ns", stored.vector, k=1, floor=0.9))
+
+        await eventually(found, within_s=2.0)
+
+
+async def test_unreachable_redis_raises_cache_unavailable_quickly() -> None:
+    store = RedisCacheStore(f"redis://127.0.0.1:{free_port()}", "x", DIM, timeout_s=0.5)
+    started = time.monotonic()
+    async with running(store):  # starting does not fail: the tailer keeps retrying
+        for call in (
+            store.put(entry(1)),
+            store.get_by_key("ns", "k"),
+            store.record_hit("id"),
+            store.flush_namespace("ns"),
+        ):
+            with pytest.raises(CacheUnavailable):
+                await call
+        assert await store.nearest("ns", vector(1), k=1, floor=0.0) == []  # empty index
+    assert time.monotonic() - started < 2.0
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, on a fixed port, that can be stopped and restarted."""
+
+    def __init__(self, folder: Path) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.command = [binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+        self.command += ["--save", "", "--appendonly", "no", "--dir", str(folder)]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if sync_redis.Redis.from_url(self.url, socket_timeout=0.5).ping():
+                    return
+            except sync_redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_replication_resumes_after_a_redis_restart(private_redis: PrivateRedis) -> None:
+    def make() -> RedisCacheStore:
+        return RedisCacheStore(private_redis.url, "p", DIM, retry_s=(0.05, 0.3), block_s=1.0)
+
+    writer, reader = make(), make()
+    async with running(writer, reader):
+        before = entry(1)
+        await writer.put(before)
+        await eventually(lambda: reader.nearest("ns", before.vector, 1, 0.9))
+
+        await anyio.to_thread.run_sync(private_redis.stop)
+        with pytest.raises(CacheUnavailable):
+            await writer.put(entry(2))
+        with pytest.raises(CacheUnavailable):  # the index has it, Redis must answer
+            await reader.nearest("ns", before.vector, 1, 0.9)
+        await anyio.to_thread.run_sync(private_redis.start)  # empty: no persistence
+
+        after = entry(3)
+        await writer.put(after)
+
+        async def replicated() -> bool:
+            hits = await reader.nearest("ns", after.vector, 1, 0.9)
+            return bool(hits) and same(hits[0][0], after)
+
+        await eventually(replicated, within_s=3.0)
+        # the reader rebuilt from the new, empty Redis: the old entry is gone from its index
+        assert reader.stats()["entries"] == 1
