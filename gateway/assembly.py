@@ -49,7 +49,7 @@ async def build_pools(
             output_weight=traffic.output_weight,
             on_wait=waited,
         )
-        budget = RetryBudget(ratio=traffic.retry_budget_ratio)
+        budget = RetryBudget(traffic.retry_budget_ratio, traffic.retry_min_per_s)
         breaker = (
             CircuitBreaker(traffic.breaker_failures, open_s=traffic.breaker_open_s)
             if traffic.breaker

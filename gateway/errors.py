@@ -8,6 +8,7 @@
     ├── NotFound                  404     invalid_request_error  (unknown route)
     ├── MethodNotAllowed          405     invalid_request_error
     ├── BodyTooLarge              413     invalid_request_error
+    ├── ClientGone                499     client_closed_request  (logged; nobody reads it)
     ├── QuotaExceeded             429     rate_limit_error       (Retry-After, x-ratelimit-*)
     ├── StateUnavailable          503     service_unavailable    (Retry-After)
     ├── Overloaded                503     service_unavailable    (shed from the queue; Retry-After)
@@ -106,6 +107,12 @@ class BodyTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class ClientGone(GatewayError):
+    status = 499
+    type = "client_closed_request"
+    code = "client_disconnected"
 
 
 class QuotaExceeded(GatewayError):

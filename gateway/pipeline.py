@@ -9,10 +9,12 @@ exactly once, however the request ends.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,7 @@ from gateway.auth import Authenticator
 from gateway.errors import (
     BadRequest,
     BodyTooLarge,
+    ClientGone,
     GatewayError,
     InternalError,
     QuotaExceeded,
@@ -45,6 +48,7 @@ from gateway.usage import Usage, UsageTap, usage_of
 _log = logging.getLogger("gateway.pipeline")
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _PRIORITIES = ("interactive", "batch")
+_UNLIMITED = Admission(True)  # a tenant without quotas: nothing to reserve or settle
 
 
 @dataclass
@@ -149,7 +153,8 @@ class Pipeline:
         tenant = self._catalog.tenant(principal.tenant)
         ticket = await self._admit(exchange, tenant, fields)
         try:
-            return await self._answer(request, kind, raw, fields, tenant, route.backend, ticket)
+            answer = self._answer(request, kind, raw, fields, tenant, route.backend, ticket)
+            return await _unless_disconnected(request, answer)
         except BaseException as exc:
             # Errors are answered (and recorded) by the caller; a cancellation is not.
             answered = isinstance(exc, Exception)
@@ -167,7 +172,11 @@ class Pipeline:
             q.tokens_per_day,
             q.tokens_per_month,
         )
-        admission = await self._quotas.admit(tenant.name, limits, estimate)
+        admission = (
+            _UNLIMITED
+            if limits.unlimited
+            else await self._quotas.admit(tenant.name, limits, estimate)
+        )
         if not admission.allowed:
             self._metrics.quota_rejected(tenant.name, admission.reason or "unknown")
             raise _refusal(admission)
@@ -323,6 +332,37 @@ class Pipeline:
         except ClientDisconnect as exc:
             raise BadRequest("The client closed the connection before sending the body.") from exc
         return b"".join(parts)
+
+
+async def _unless_disconnected(request: Request, answer: Awaitable[Response]) -> Response:
+    """The answer, unless the client leaves first: then its queue place and upstream
+    request are cancelled instead of being served to nobody.
+
+    One watcher task per request cancels this one on disconnect (a task group of two
+    tasks cost a fifth of the gateway's CPU per proxied request).
+    """
+    current = asyncio.current_task()
+    assert current is not None
+    watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(request, current))
+    try:
+        return await answer
+    except asyncio.CancelledError:
+        if _client_left(watcher) and current.uncancel() == 0:
+            raise ClientGone("The client closed the connection before the answer.") from None
+        raise
+    finally:
+        watcher.cancel()
+
+
+async def _cancel_on_disconnect(request: Request, task: asyncio.Task[Any]) -> bool:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    task.cancel()
+    return True
+
+
+def _client_left(watcher: asyncio.Task[bool]) -> bool:
+    return watcher.done() and not watcher.cancelled() and watcher.exception() is None
 
 
 def _refusal(admission: Admission) -> GatewayError:

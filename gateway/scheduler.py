@@ -28,6 +28,7 @@ driver: concurrency slots, deadlines, shedding (decisions in `gateway.shedding`)
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -94,6 +95,24 @@ class FairQueue:
     def ahead(self, rank: int) -> int:
         """Waiters of this class and higher ones."""
         return sum(n for r, n in self._depth.items() if r <= rank)
+
+    def ahead_of(self, tenant: str, weight: float, rank: int) -> int:
+        """Waiters a newcomer of `tenant` would wait for, as the fair queue interleaves:
+        every waiter of higher classes; in its own class, its tenant's own backlog and, of
+        each other tenant, as many as the weights let through in as many rounds.
+
+        Counting the whole class instead would refuse a light tenant because of a heavy
+        one's backlog, and admit the heavy one's newcomers only to drop them later.
+        """
+        higher = sum(n for r, n in self._depth.items() if r < rank)
+        same = self._waiting.get(rank, {})
+        own = len(same.get(tenant, ()))
+        others = sum(
+            min(len(queue), math.ceil((own + 1) * queue[0].weight / weight))
+            for other, queue in same.items()
+            if other != tenant and queue
+        )
+        return higher + own + others
 
     def push(self, entry: Entry) -> None:
         entry.seq = next(self._seq)
@@ -316,7 +335,8 @@ class FairScheduler:
 
     def _admit(self, entry: Entry, now: float) -> None:
         """Refuses on arrival (raises Shed), or makes room in a full queue."""
-        wait = self._wait_for(entry.rank)
+        ahead = self._queue.ahead_of(entry.tenant, entry.weight, entry.rank)
+        wait = expected_wait_s(ahead, self._in_flight, self._max, self._service.mean_s)
         if should_shed(now, entry.deadline, wait):
             raise self._count(entry, Shed("deadline_unreachable", retry_after_s(wait)))
         if self._in_flight < self._max or len(self._queue) < self._max_queue:

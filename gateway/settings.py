@@ -194,6 +194,7 @@ class TrafficSettings(_Strict):
     default_max_tokens: int = Field(default=256, ge=1)  # reserved when a request sets none
     output_weight: float = Field(default=2.0, gt=0)  # cost of an output token vs an input one
     retry_budget_ratio: float = Field(default=0.2, ge=0, le=1)
+    retry_min_per_s: float = Field(default=3.0, ge=0)  # lets light traffic retry at all
     breaker: bool = True  # circuit breaking per backend replica
     breaker_failures: int = Field(default=5, ge=1)  # consecutive, or half of the last 20
     breaker_open_s: float = Field(default=5.0, gt=0)

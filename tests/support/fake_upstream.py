@@ -106,6 +106,9 @@ class FakeUpstream:
         try:
             for index, event in enumerate(_chunks(path, body)):
                 if index == 2 and model == "die-midstream":
+                    # Let the two chunks reach the gateway first: a reset connection
+                    # discards whatever its receiver has not read yet.
+                    await asyncio.sleep(0.2)
                     raise ConnectionAbortedError("fake upstream dies mid-stream")
                 if index == 2 and model == "hang-midstream":
                     await _until_disconnect(receive)

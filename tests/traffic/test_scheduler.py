@@ -466,3 +466,17 @@ async def test_bad_arguments_are_refused() -> None:
         await scheduler.acquire("t", 1.0, "urgent", 1, 1, FAR)
     with pytest.raises(ValueError, match="max_concurrency"):
         FairScheduler(0, 10)
+
+
+def test_newcomer_waits_for_its_fair_share_not_a_heavy_tenants_backlog() -> None:
+    queue = FairQueue()
+    for _ in range(20):
+        queue.push(entry("heavy"))
+    queue.push(entry("light"))
+    # The light tenant's next request goes after about one of heavy's per round, not all 20.
+    assert queue.ahead_of("light", 1.0, 1) == 1 + 2
+    assert queue.ahead_of("heavy", 1.0, 1) == 20 + 1
+    # A tenant of weight 2 gets two turns per round of a weight-1 one.
+    assert queue.ahead_of("new", 2.0, 1) == 1 + 1
+    # Every waiter of a higher class goes first, whatever the tenant.
+    assert queue.ahead_of("light", 1.0, 2) == 21

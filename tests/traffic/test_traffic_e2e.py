@@ -322,3 +322,31 @@ def test_redis_stopped_mid_test_falls_back_to_local_share(
         assert 'gateway_quota_fallbacks_total{decision="local_refused"}' in text
     finally:
         redis_server.kill()
+
+
+def test_client_that_leaves_while_queued_is_never_sent_upstream(
+    gateway_factory: GatewayFactory, upstream: str, tmp_path: Path
+) -> None:
+    cfg = config(
+        upstream,
+        [tenant("a")],
+        {"url": "memory", "path": str(tmp_path / "s.json")},
+        backend={"max_concurrency": 1},
+    )
+    gw = gateway_factory(cfg)
+    slow = chat("slow", x_delay=1.0, max_tokens=10)
+
+    async def run() -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            first = asyncio.create_task(post(client, gw, "a", slow))
+            await asyncio.sleep(0.2)
+            async with httpx.AsyncClient(timeout=0.3) as impatient:
+                with pytest.raises(httpx.ReadTimeout):
+                    await post(impatient, gw, "a", slow)
+            assert (await first).status_code == 200
+            await asyncio.sleep(0.3)
+
+    asyncio.run(run())
+    assert stats(upstream)["model:slow"] == 1, "the abandoned request still went upstream"
+    text = httpx.get(gw.url + "/metrics").text
+    assert 'gateway_requests_total{model="slow",status="499",tenant="a"} 1.0' in text
