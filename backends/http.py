@@ -68,6 +68,10 @@ class HttpUpstream:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
+        self.open()
+
+    def open(self) -> None:
+        """Creates the pooled session (needs a running event loop; does not wait)."""
         connector = aiohttp.TCPConnector(
             limit=self._max_connections, limit_per_host=0, keepalive_timeout=30
         )

@@ -167,8 +167,12 @@ async def _build(
         access,
         settings.limits.max_body_bytes,
     )
-    upstreams = {name: pool.upstream for name, pool in pools.items()}
-    health = BackendHealth(upstreams, {b.name: b.health_path for b in settings.backends})
+    probes = {
+        name: next(iter(pool.replicas.handles.values())).upstream
+        for name, pool in pools.items()
+        if pool.manager is None and pool.replicas.handles
+    }
+    health = BackendHealth(probes, {b.name: b.health_path for b in settings.backends})
     return Parts(store, pools, health, pipeline)
 
 

@@ -13,6 +13,7 @@ from prometheus_client.core import Metric
 
 from backends.http import HttpTimeouts, HttpUpstream
 from backends.launcher import LocalProcess, free_port
+from backends.providers.replicas import Replica
 from cache.store import CacheStore
 from gateway.answer_cache import AnswerCache
 from gateway.breaker import CircuitBreaker
@@ -20,44 +21,45 @@ from gateway.forward import Pool
 from gateway.metrics import Metrics, counter, gauge
 from gateway.quotas import LocalQuotas, QuotaEnforcer
 from gateway.quotas_redis import RedisQuotas
+from gateway.replicas import ReplicaSet
 from gateway.retry import RetryBudget
 from gateway.scheduler import FairScheduler
-from gateway.settings import Backend, Settings
+from gateway.settings import Backend, Settings, TrafficSettings
 
 
 async def build_pools(
     settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack
 ) -> dict[str, Pool]:
     pools: dict[str, Pool] = {}
-    traffic = settings.traffic
     for backend in settings.backends:
         base_url = backend.base_url
         if backend.launch is not None:
             base_url, process = _launch_spec(backend)
             stack.push_async_callback(process.stop)
             await process.start(backend.launch.start_timeout_s)
-        upstream = _upstream(backend, base_url)
-        await upstream.start()
-        stack.push_async_callback(upstream.close)
-
-        def waited(priority: str, seconds: float, name: str = backend.name) -> None:
-            metrics.queue_waited(name, priority, seconds)
-
-        scheduler = FairScheduler(
-            backend.max_concurrency,
-            traffic.max_queue,
-            output_weight=traffic.output_weight,
-            on_wait=waited,
-        )
-        budget = RetryBudget(traffic.retry_budget_ratio, traffic.retry_min_per_s)
-        breaker = (
-            CircuitBreaker(traffic.breaker_failures, open_s=traffic.breaker_open_s)
-            if traffic.breaker
-            else None
-        )
-        pools[backend.name] = Pool(backend.name, upstream, scheduler, budget, breaker)
+        pool = _pool(backend, settings.traffic, metrics)
+        stack.push_async_callback(pool.replicas.close)
+        pool.adopt([Replica(f"{backend.name}/0", base_url)])
+        pools[backend.name] = pool
     metrics.add_snapshots(lambda: _pool_metrics(pools))
     return pools
+
+
+def _pool(backend: Backend, traffic: TrafficSettings, metrics: Metrics) -> Pool:
+    def waited(priority: str, seconds: float) -> None:
+        metrics.queue_waited(backend.name, priority, seconds)
+
+    def breaker() -> CircuitBreaker | None:
+        if not traffic.breaker:
+            return None
+        return CircuitBreaker(traffic.breaker_failures, open_s=traffic.breaker_open_s)
+
+    scheduler = FairScheduler(
+        0, traffic.max_queue, output_weight=traffic.output_weight, on_wait=waited
+    )
+    replicas = ReplicaSet(lambda url: _upstream(backend, url), breaker)
+    budget = RetryBudget(traffic.retry_budget_ratio, traffic.retry_min_per_s)
+    return Pool(backend.name, replicas, scheduler, budget, backend.max_concurrency)
 
 
 def build_quotas(
@@ -156,8 +158,8 @@ def _pool_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
         busy.add_metric([name], snap.in_flight)
         for (priority, reason), count in snap.shed.items():
             shed.add_metric([name, priority, reason], count)
-        state = pool.breaker.state if pool.breaker is not None else "closed"
-        breaker.add_metric([name], 0 if state == "closed" else 1)
+        is_open = any(handle.open for handle in pool.replicas.handles.values())
+        breaker.add_metric([name], 1 if is_open else 0)
         exhausted.add_metric([name], pool.budget.snapshot().exhausted)
     return [depth, busy, shed, breaker, exhausted]
 

@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -18,23 +19,42 @@ from backends.errors import (
     UpstreamTimeoutError,
 )
 from backends.http import HttpUpstream, UpstreamResponse
-from gateway.breaker import CircuitBreaker, counts_as_failure
+from backends.providers.replicas import Replica
+from gateway.breaker import counts_as_failure
 from gateway.errors import BackendUnavailable, Overloaded
 from gateway.metrics import Metrics
 from gateway.relay import translate
+from gateway.replicas import ReplicaHandle, ReplicaSet
 from gateway.retry import Outcome, RetryBudget, is_retryable, parse_retry_after, should_retry
 from gateway.scheduler import FairScheduler, Shed, Slot
+
+if TYPE_CHECKING:
+    from warmpool.manager import ColdStartManager
 
 
 @dataclass
 class Pool:
-    """One backend: its upstream, queue, retry budget and (single replica's) breaker."""
+    """One backend: its ready replicas, its fair queue and its retry budget.
+
+    The queue dispatches at most `per_replica` requests per ready replica at once; with
+    none ready (scaled to zero, starting) requests are held in it.
+    """
 
     name: str
-    upstream: HttpUpstream
+    replicas: ReplicaSet
     scheduler: FairScheduler
     budget: RetryBudget
-    breaker: CircuitBreaker | None
+    per_replica: int
+    manager: ColdStartManager | None = None
+
+    def adopt(self, ready: list[Replica]) -> None:
+        self.replicas.update(ready)
+        self.scheduler.set_capacity(len(self.replicas) * self.per_replica)
+
+    def finished(self, handle: ReplicaHandle) -> None:
+        handle.in_flight -= 1
+        if self.manager is not None:
+            self.manager.request_finished(handle.id)
 
 
 @dataclass(frozen=True)
@@ -78,8 +98,9 @@ async def attempt_upstream(
     deadline: float,
     metrics: Metrics,
     rng: Callable[[], float] = random.random,
-) -> UpstreamResponse:
-    """The upstream's answer (headers arrived; body unread), after at most three attempts.
+) -> tuple[UpstreamResponse, ReplicaHandle]:
+    """The upstream's answer (headers arrived; body unread) and the replica serving it,
+    after at most three attempts; the caller calls `pool.finished(replica)` when done.
 
     A retryable status that is not retried (attempts or budget exhausted) is returned as
     the answer; the caller relays or maps it. Failures without an answer raise.
@@ -87,33 +108,50 @@ async def attempt_upstream(
     pool.budget.on_request()
     headers = {"content-type": "application/json", "x-request-id": request_id}
     attempt = 1
+    tried: set[str] = set()
     while True:
-        breaker = pool.breaker
-        if breaker is not None and not breaker.allow():
-            raise BackendUnavailable(
-                f"The backend '{pool.name}' is failing; its circuit is open.",
-                retry_after=max(1, math.ceil(breaker.config.open_s)),
-            )
-        upstream, failure = await _try(pool.upstream, path, body, headers)
+        handle = _choose(pool, tried)
+        tried.add(handle.id)
+        handle.in_flight += 1
+        if pool.manager is not None:
+            pool.manager.request_started(handle.id)
+        upstream, failure = await _try(handle.upstream, path, body, headers)
         outcome: Outcome = upstream.status if upstream is not None else _kind(failure)
-        if breaker is not None:
-            breaker.record(not counts_as_failure(outcome))
+        if handle.breaker is not None:
+            handle.breaker.record(not counts_as_failure(outcome))
         if upstream is not None and not is_retryable(outcome):
-            return upstream
+            return upstream, handle
         retry_after = None
         if upstream is not None:
             retry_after = parse_retry_after(upstream.headers.get("retry-after"), time.time())
         decision = should_retry(attempt, outcome, retry_after, deadline - time.monotonic(), rng=rng)
         if not decision.retry or not pool.budget.try_spend():
             if upstream is not None:
-                return upstream
+                return upstream, handle
+            pool.finished(handle)
             assert failure is not None
             raise translate(pool.name, failure, metrics) from failure
+        pool.finished(handle)
         metrics.retried(pool.name, decision.reason)
         if upstream is not None:
             upstream.close()
         await anyio.sleep(decision.delay_s)
         attempt += 1
+
+
+def _choose(pool: Pool, tried: set[str]) -> ReplicaHandle:
+    handle = pool.replicas.pick(tried)
+    if handle is None:
+        raise BackendUnavailable(
+            f"The backend '{pool.name}' has no replica that can take requests now.",
+            retry_after=1,
+        )
+    if handle.breaker is not None and not handle.breaker.allow():
+        raise BackendUnavailable(
+            f"The backend '{pool.name}' is failing; its circuit is open.",
+            retry_after=max(1, math.ceil(handle.breaker.config.open_s)),
+        )
+    return handle
 
 
 async def _try(

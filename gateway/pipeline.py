@@ -40,6 +40,7 @@ from gateway.metrics import Metrics
 from gateway.openai_schema import parse_body
 from gateway.quotas import Admission, QuotaEnforcer, QuotaLimits, estimate_tokens
 from gateway.relay import Outcome, stream, whole
+from gateway.replicas import ReplicaHandle
 from gateway.scheduler import Slot
 from gateway.settings import Tenant, TrafficSettings
 from gateway.tenants import Catalog
@@ -81,7 +82,8 @@ class Ticket:
     admission: Admission
     probe: Probe | None = None
     slot: Slot | None = None
-    backend: str | None = None
+    pool: Pool | None = None
+    replica: ReplicaHandle | None = None
     upstream_started: float | None = None
     tap: UsageTap = field(default_factory=UsageTap)
     closed: bool = False
@@ -205,10 +207,10 @@ class Pipeline:
         ticket.slot = await take_slot(
             pool, self._admitted(request, tenant, ticket, fields, timeout_s)
         )
-        ticket.backend = pool.name
+        ticket.pool = pool
         self._metrics.queue_waited(pool.name, tenant.priority, ticket.slot.waited_s)
         ticket.upstream_started = time.perf_counter()
-        upstream = await attempt_upstream(
+        upstream, ticket.replica = await attempt_upstream(
             pool,
             exchange.path.removeprefix("/v1"),
             raw,
@@ -286,9 +288,11 @@ class Pipeline:
         self._release(ticket, usage)
         if not cached:
             self._metrics.tokens(ticket.tenant, usage.prompt, usage.completion)
-        if ticket.upstream_started is not None and ticket.backend is not None:
+        if ticket.pool is not None and ticket.replica is not None:
+            ticket.pool.finished(ticket.replica)
+        if ticket.upstream_started is not None and ticket.pool is not None:
             elapsed = time.perf_counter() - ticket.upstream_started
-            self._metrics.upstream_done(ticket.backend, elapsed)
+            self._metrics.upstream_done(ticket.pool.name, elapsed)
         if outcome.status == 200 and outcome.body is not None and ticket.probe is not None:
             self._cache.store_later(ticket.probe, outcome.body)
         if finish:

@@ -267,9 +267,10 @@ class FairScheduler:
         initial_service_s: float = 1.0,
         on_wait: WaitHook | None = None,
     ) -> None:
-        if max_concurrency < 1 or max_queue < 0:
-            raise ValueError("max_concurrency must be >= 1 and max_queue >= 0")
+        if max_concurrency < 0 or max_queue < 0:
+            raise ValueError("max_concurrency and max_queue must be >= 0")
         self._max = max_concurrency
+        self._cold_start_s = 0.0  # expected time until capacity appears while it is 0
         self._max_queue = max_queue
         self._clock = clock
         self._ranks = dict(ranks)
@@ -285,6 +286,19 @@ class FairScheduler:
     @property
     def mean_service_s(self) -> float:
         return self._service.mean_s
+
+    def set_capacity(self, max_concurrency: int, cold_start_s: float = 0.0) -> None:
+        """Replicas came or went: dispatch at most `max_concurrency` at once from now on.
+
+        0 means no replica is ready (a cold start is under way): requests wait, held in
+        the queue, and `cold_start_s` estimates when capacity appears. Raising it releases
+        held requests up to the new limit, not all at once.
+        """
+        if max_concurrency < 0:
+            raise ValueError("max_concurrency must be >= 0")
+        self._max = max_concurrency
+        self._cold_start_s = cold_start_s
+        self._pump()
 
     async def acquire(
         self,
@@ -336,7 +350,7 @@ class FairScheduler:
     def _admit(self, entry: Entry, now: float) -> None:
         """Refuses on arrival (raises Shed), or makes room in a full queue."""
         ahead = self._queue.ahead_of(entry.tenant, entry.weight, entry.rank)
-        wait = expected_wait_s(ahead, self._in_flight, self._max, self._service.mean_s)
+        wait = self._expected_wait(ahead)
         if should_shed(now, entry.deadline, wait):
             raise self._count(entry, Shed("deadline_unreachable", retry_after_s(wait)))
         if self._in_flight < self._max or len(self._queue) < self._max_queue:
@@ -348,7 +362,11 @@ class FairScheduler:
         self._drop(victim, "displaced")
 
     def _wait_for(self, rank: int) -> float:
-        ahead = self._queue.ahead(rank)
+        return self._expected_wait(self._queue.ahead(rank))
+
+    def _expected_wait(self, ahead: int) -> float:
+        if self._max == 0:  # cold: the wait is the start, then a share of one replica
+            return self._cold_start_s + expected_wait_s(ahead, 0, 1, self._service.mean_s)
         return expected_wait_s(ahead, self._in_flight, self._max, self._service.mean_s)
 
     def _pump(self) -> None:

@@ -465,7 +465,7 @@ async def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="priority"):
         await scheduler.acquire("t", 1.0, "urgent", 1, 1, FAR)
     with pytest.raises(ValueError, match="max_concurrency"):
-        FairScheduler(0, 10)
+        FairScheduler(-1, 10)
 
 
 def test_newcomer_waits_for_its_fair_share_not_a_heavy_tenants_backlog() -> None:
@@ -480,3 +480,32 @@ def test_newcomer_waits_for_its_fair_share_not_a_heavy_tenants_backlog() -> None
     assert queue.ahead_of("new", 2.0, 1) == 1 + 1
     # Every waiter of a higher class goes first, whatever the tenant.
     assert queue.ahead_of("light", 1.0, 2) == 21
+
+
+async def test_zero_capacity_holds_requests_until_replicas_appear() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(0, 10, clock)
+    waiters = [
+        asyncio.ensure_future(scheduler.acquire(t, 1.0, "interactive", 10, 10, clock.now + 60))
+        for t in ("a", "b", "c")
+    ]
+    await asyncio.sleep(0)
+    assert not any(w.done() for w in waiters)
+    scheduler.set_capacity(2)  # one replica with two slots is ready: release two, not all
+    await asyncio.sleep(0)
+    assert sum(w.done() for w in waiters) == 2
+    for w in waiters:
+        if w.done():
+            w.result().release(10, 10)
+    await asyncio.sleep(0)
+    assert all(w.done() for w in waiters)
+    waiters[2].result().release(10, 10)
+
+
+async def test_cold_start_estimate_beyond_the_deadline_is_refused_at_once() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(0, 10, clock)
+    scheduler.set_capacity(0, cold_start_s=30.0)
+    with pytest.raises(Shed) as caught:
+        await scheduler.acquire("a", 1.0, "interactive", 10, 10, clock.now + 5)
+    assert caught.value.reason == "deadline_unreachable" and caught.value.retry_after_s >= 30
