@@ -92,6 +92,7 @@ async def build_cache(
     )
     await embedder.start()
     stack.push_async_callback(embedder.close)
+    await embedder.embed("warm up")  # the first forward pass is several times slower
     store = _cache_store(settings, encoder.dimension)
     await store.start(tasks)
     stack.push_async_callback(store.close)

@@ -21,9 +21,11 @@ KEY_A, KEY_B = "sk-test-cache-a-0123456789", "sk-test-cache-b-0123456789"
 
 
 def cache_config(upstream: str, state: dict[str, Any], **cache: Any) -> dict[str, Any]:
+    # A generous lookup budget: this shared 2-core machine can be slow, and these tests
+    # are about what the cache answers, not how fast (bench/cache_latency.py measures that).
     return {
         "state": state,
-        "cache": {"enabled": True, **cache},
+        "cache": {"enabled": True, "lookup_budget_ms": 3000, **cache},
         "backends": [fake_backend(upstream)],
         "tenants": [
             {"name": "a", "keys": [{"sha256": hash_of(KEY_A)}]},
@@ -115,7 +117,7 @@ def test_case_and_punctuation_variant_hits_normalized_tier(gateway: Gateway) -> 
     ("cached", "asked"),
     [
         ("Convert 10 km to miles", "Convert 12 km to miles"),
-        ("Convert 10 km to miles", "Convert 10 miles to km"),
+        ("Convert 5 km to miles", "Convert 5 miles to km"),
         (
             "Sort this list in ascending order: 3, 1, 2",
             "Sort this list in descending order: 3, 1, 2",
