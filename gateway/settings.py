@@ -101,10 +101,44 @@ class StagingSettings(_Strict):
     s3: S3Settings = S3Settings()
 
 
+class Scaling(_Strict):
+    """Replica count of a `process` or `kubernetes` backend (see README "Scale to zero")."""
+
+    min_replicas: int = Field(default=0, ge=0)
+    max_replicas: int = Field(default=1, ge=1)
+    idle_s: float = Field(default=60.0, gt=0)  # idle time before one of several stops
+    last_replica_idle_s: float = Field(default=300.0, gt=0)  # ... before the last one stops
+    target_queue_per_replica: float = Field(default=2.0, gt=0)
+    warm_pool: int = Field(default=0, ge=0)  # extra idle replicas kept loaded
+    ready_timeout_s: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Scaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+
+class KubernetesTarget(_Strict):
+    server: str  # the API server URL
+    token: SecretStr  # a service account token (RBAC: deployments/scale on this target)
+    namespace: str
+    deployment: str
+    service: str  # whose EndpointSlices list the ready pods
+    port: int | None = None
+    ca_file: Path | None = None
+
+
 class Backend(_Strict):
     name: Name
-    kind: Literal["http"] = "http"
-    base_url: str
+    # http: a static upstream at base_url; process: workers the gateway starts itself
+    # (`command`); kubernetes: a Deployment scaled through the API.
+    kind: Literal["http", "process", "kubernetes"] = "http"
+    base_url: str = ""
+    command: list[str] = Field(default_factory=list)  # {port} {weights} {python} {host}
+    ready_path: str = "/health"
+    kubernetes: KubernetesTarget | None = None
+    scaling: Scaling = Scaling()
     models: list[Name] = Field(min_length=1)
     api_key: SecretStr | None = None
     timeouts: Timeouts = Timeouts()
@@ -116,9 +150,21 @@ class Backend(_Strict):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
+        if value and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> Backend:
+        if self.kind == "http" and not self.base_url:
+            raise ValueError("an http backend needs base_url")
+        if self.kind == "process" and not self.command:
+            raise ValueError("a process backend needs command")
+        if self.kind == "kubernetes" and self.kubernetes is None:
+            raise ValueError("a kubernetes backend needs the kubernetes section")
+        if "{weights}" in " ".join(self.command) and self.weights is None:
+            raise ValueError("command uses {weights} but the backend declares no weights")
+        return self
 
 
 class Quotas(_Strict):
