@@ -149,7 +149,7 @@ async def _build(
 ) -> Parts:
     store = open_state_store(settings)
     stack.push_async_callback(store.close)
-    pools = await build_pools(settings, metrics, stack)
+    pools = await build_pools(settings, metrics, stack, tasks)
     quotas = build_quotas(settings, metrics, stack, tasks)
     cache = await build_cache(settings, metrics, stack, tasks)
     catalog = Catalog(
@@ -177,13 +177,22 @@ async def _build(
 
 
 async def _readiness(parts: Parts) -> Response:
-    checks: dict[str, Any] = {"backends": dict(parts.health.reachable)}
+    checks: dict[str, Any] = {
+        "backends": dict(parts.health.reachable),
+        "replicas": {
+            name: sorted(h.upstream.base_url for h in pool.replicas.handles.values())
+            for name, pool in parts.pools.items()
+        },
+    }
     try:
         await parts.store.ping()
         checks["state"] = "ok"
     except StateStoreError as exc:
         checks["state"] = str(exc)
-    ready = checks["state"] == "ok" and any(parts.health.reachable.values())
+    # A backend that scales from zero counts: it is started on demand.
+    scalable = any(pool.manager is not None for pool in parts.pools.values())
+    reachable = any(parts.health.reachable.values()) or scalable
+    ready = checks["state"] == "ok" and reachable
     checks["status"] = "ready" if ready else "not_ready"
     return JSONResponse(checks, 200 if ready else 503)
 

@@ -28,10 +28,15 @@ from gateway.settings import Backend, Settings, TrafficSettings
 
 
 async def build_pools(
-    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack
+    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
 ) -> dict[str, Pool]:
     pools: dict[str, Pool] = {}
+    scalable = [b for b in settings.backends if b.kind != "http"]
+    if scalable:
+        await _attach_managers(settings, scalable, pools, metrics, stack, tasks)
     for backend in settings.backends:
+        if backend.kind != "http":
+            continue
         base_url = backend.base_url
         if backend.launch is not None:
             base_url, process = _launch_spec(backend)
@@ -43,6 +48,30 @@ async def build_pools(
         pools[backend.name] = pool
     metrics.add_snapshots(lambda: _pool_metrics(pools))
     return pools
+
+
+async def _attach_managers(
+    settings: Settings,
+    backends: list[Backend],
+    pools: dict[str, Pool],
+    metrics: Metrics,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
+) -> None:
+    from gateway.coldstart import attach_manager, build_timeline
+    from gateway.staging import build_stager
+
+    timeline = build_timeline(settings, metrics, stack, tasks)
+    stager = None
+    if any(b.weights is not None for b in backends):
+        stager = build_stager(settings)
+        await stager.open()
+        stack.push_async_callback(stager.aclose)
+    for backend in backends:
+        pool = _pool(backend, settings.traffic, metrics)
+        stack.push_async_callback(pool.replicas.close)
+        await attach_manager(pool, backend, settings, stager, timeline, stack, tasks)
+        pools[backend.name] = pool
 
 
 def _pool(backend: Backend, traffic: TrafficSettings, metrics: Metrics) -> Pool:
@@ -141,6 +170,7 @@ def _pool_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
         "gateway_queue_depth", "Requests waiting per backend and class.", ["backend", "class"]
     )
     busy = gauge("gateway_backend_in_flight", "Requests dispatched to a backend.", ["backend"])
+    replicas = gauge("gateway_backend_ready_replicas", "Ready replicas per backend.", ["backend"])
     shed = counter(
         "gateway_shed",
         "Requests shed, by backend, class and reason.",
@@ -157,12 +187,13 @@ def _pool_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
         for priority, waiting in snap.depth.items():
             depth.add_metric([name, priority], waiting)
         busy.add_metric([name], snap.in_flight)
+        replicas.add_metric([name], len(pool.replicas))
         for (priority, reason), count in snap.shed.items():
             shed.add_metric([name, priority, reason], count)
         is_open = any(handle.open for handle in pool.replicas.handles.values())
         breaker.add_metric([name], 1 if is_open else 0)
         exhausted.add_metric([name], pool.budget.snapshot().exhausted)
-    return [depth, busy, shed, breaker, exhausted]
+    return [depth, busy, replicas, shed, breaker, exhausted]
 
 
 def _cache_metrics(stats: dict[str, int]) -> Iterable[Metric]:

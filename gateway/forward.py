@@ -47,9 +47,9 @@ class Pool:
     per_replica: int
     manager: ColdStartManager | None = None
 
-    def adopt(self, ready: list[Replica]) -> None:
+    def adopt(self, ready: list[Replica], cold_start_s: float = 0.0) -> None:
         self.replicas.update(ready)
-        self.scheduler.set_capacity(len(self.replicas) * self.per_replica)
+        self.scheduler.set_capacity(len(self.replicas) * self.per_replica, cold_start_s)
 
     def finished(self, handle: ReplicaHandle) -> None:
         handle.in_flight -= 1
@@ -84,6 +84,11 @@ async def take_slot(pool: Pool, request: Admitted) -> Slot:
             latest,
         )
     except Shed as exc:
+        if exc.reason == "cold_start_failed":
+            raise BackendUnavailable(
+                f"The backend '{pool.name}' could not be started; retry later.",
+                retry_after=max(1, math.ceil(exc.retry_after_s)),
+            ) from exc
         raise Overloaded(
             f"The backend '{pool.name}' is overloaded ({exc.reason}); retry later.",
             retry_after=max(1, math.ceil(exc.retry_after_s)),

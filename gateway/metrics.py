@@ -97,6 +97,19 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self._cold_starts = Counter(
+            "gateway_cold_starts",
+            "Starts of a backend from zero ready replicas.",
+            ["backend"],
+            registry=r,
+        )
+        self._cold_start_phase = Histogram(
+            "gateway_cold_start_seconds",
+            "Cold-start phases: staging, loading (process start to ready), first_byte, total.",
+            ["backend", "phase"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
         # labels() costs a lock and a tuple per call; children are cached per label set.
         self._children: dict[tuple[str, ...], Counter | Histogram] = {}
 
@@ -136,6 +149,12 @@ class Metrics:
 
     def cache_fail_open(self, reason: str) -> None:
         self._cache_fail_open.labels(reason).inc()
+
+    def on_cold_start(self, backend: str) -> None:
+        self._cold_starts.labels(backend).inc()
+
+    def on_phase(self, backend: str, phase: str, seconds: float) -> None:
+        self._cold_start_phase.labels(backend, phase).observe(seconds)
 
     def add_snapshots(self, collect: Callable[[], Iterable[Metric]]) -> None:
         self.registry.register(_Snapshots(collect))

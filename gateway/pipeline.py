@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import secrets
 import time
@@ -27,6 +28,7 @@ from gateway.accesslog import AccessLog
 from gateway.answer_cache import AnswerCache, Probe
 from gateway.auth import Authenticator
 from gateway.errors import (
+    BackendUnavailable,
     BadRequest,
     BodyTooLarge,
     ClientGone,
@@ -45,6 +47,7 @@ from gateway.scheduler import Slot
 from gateway.settings import Tenant, TrafficSettings
 from gateway.tenants import Catalog
 from gateway.usage import Usage, UsageTap, usage_of
+from warmpool.manager import ColdStartFailed, ColdStartHandle
 
 _log = logging.getLogger("gateway.pipeline")
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -203,6 +206,7 @@ class Pipeline:
                 await self._close(ticket, Outcome(200, None), cached=True)
                 return self._with_headers(cached, ticket)
         pool = self._pools[backend]
+        cold = _activate(pool)
         timeout_s = self._deadline_s(request, tenant)
         ticket.slot = await take_slot(
             pool, self._admitted(request, tenant, ticket, fields, timeout_s)
@@ -231,10 +235,10 @@ class Pipeline:
                 await self._close(ticket, Outcome(outcome.status, outcome.error, body))
 
             response = stream(pool.name, upstream, exchange.request_id, self._metrics, tap, finish)
-            return self._with_headers(response, ticket)
+            return _cold_headers(self._with_headers(response, ticket), cold)
         response, content = await whole(pool.name, upstream, exchange.request_id, self._metrics)
         await self._close(ticket, Outcome(response.status_code, None, content))
-        return self._with_headers(response, ticket)
+        return _cold_headers(self._with_headers(response, ticket), cold)
 
     def _admitted(
         self,
@@ -336,6 +340,27 @@ class Pipeline:
         except ClientDisconnect as exc:
             raise BadRequest("The client closed the connection before sending the body.") from exc
         return b"".join(parts)
+
+
+def _activate(pool: Pool) -> ColdStartHandle | None:
+    """Starts a replica now if none is ready (the request then waits in the queue)."""
+    if pool.manager is None:
+        return None
+    try:
+        return pool.manager.activate()
+    except ColdStartFailed as exc:
+        raise BackendUnavailable(
+            f"The backend '{pool.name}' could not be started: {exc}",
+            retry_after=max(1, math.ceil(exc.retry_after_s)),
+        ) from exc
+
+
+def _cold_headers(response: Response, cold: ColdStartHandle | None) -> Response:
+    """Answers to requests that waited for a cold start say how long the start took."""
+    if cold is not None and cold.cold_start_s is not None:
+        response.headers["x-cold-start-ms"] = str(round(cold.cold_start_s * 1000))
+        cold.first_byte()
+    return response
 
 
 async def _unless_disconnected(request: Request, answer: Awaitable[Response]) -> Response:

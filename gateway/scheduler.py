@@ -334,6 +334,13 @@ class FairScheduler:
             self._cancelled(entry, waiter.future)
             raise
 
+    def drop_waiting(self, reason: str, retry_after_s: float) -> None:
+        """Fails every waiter with Shed (a cold start failed: nothing will serve them soon)."""
+        for entry in list(self._waiters):
+            waiter = self._forget(entry)
+            if not waiter.future.done():
+                waiter.future.set_exception(self._count(entry, Shed(reason, retry_after_s)))
+
     def snapshot(self) -> SchedulerSnapshot:
         depth = {name: self._queue.depth(rank) for name, rank in self._ranks.items()}
         return SchedulerSnapshot(

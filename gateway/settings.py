@@ -110,6 +110,10 @@ class Scaling(_Strict):
     last_replica_idle_s: float = Field(default=300.0, gt=0)  # ... before the last one stops
     target_queue_per_replica: float = Field(default=2.0, gt=0)
     warm_pool: int = Field(default=0, ge=0)  # extra idle replicas kept loaded
+    # Demand is averaged over the stable window to size the backend, and over the short
+    # panic window to react to bursts (Knative's two modes).
+    stable_window_s: float = Field(default=60.0, gt=0)
+    panic_window_s: float = Field(default=6.0, gt=0)
     ready_timeout_s: float = Field(default=600.0, gt=0)
 
     @model_validator(mode="after")

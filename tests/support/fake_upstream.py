@@ -13,7 +13,8 @@ misbehaves on purpose for some model names:
     no-done         streams the answer but ends without `data: [DONE]`
 
 `GET /_last` returns the headers of the last request; `GET /_stats` counts streams that
-the client abandoned (to check that the gateway cancels upstream requests).
+the client abandoned (to check that the gateway cancels upstream requests); `GET /_crash`
+kills the process at once.
 
 Run: python -m tests.support.fake_upstream --port PORT
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import os
 import struct
 import time
 from typing import Any
@@ -72,6 +74,8 @@ class FakeUpstream:
             await _json(send, 200, self.last_headers)
         elif path == "/_stats":
             await _json(send, 200, self.stats)
+        elif path == "/_crash":  # a model server dying at once, mid-whatever
+            os._exit(3)
         else:
             await _json(
                 send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}}
