@@ -97,7 +97,7 @@ class StreamRecorder:
 def replay(kind: str, answer: dict[str, Any], include_usage: bool) -> list[bytes]:
     """SSE events for a stored whole answer: content first, then finish, usage, [DONE]."""
     chat = kind == "chat"
-    head = {k: answer[k] for k in ("id", "created", "model") if k in answer}
+    head: dict[str, Any] = {k: answer[k] for k in ("id", "created", "model") if k in answer}
     head["object"] = "chat.completion.chunk" if chat else "text_completion"
     events = []
     for choice in answer.get("choices", []):
