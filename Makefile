@@ -1,4 +1,6 @@
 # Two commands: `make run` (set up and start the demo gateway) and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -25,23 +27,28 @@ run: demo-model
 	$(VENV)/bin/gateway serve --config config/demo.yaml
 
 check: $(STAMP)
-	$(VENV)/bin/ruff format --check gateway cache backends warmpool tests bench
-	$(VENV)/bin/ruff check gateway cache backends warmpool tests bench
+	$(VENV)/bin/ruff format --check gateway cache backends warmpool tests bench scripts
+	$(VENV)/bin/ruff check gateway cache backends warmpool tests bench scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format gateway cache backends warmpool tests bench
-	$(VENV)/bin/ruff check --fix gateway cache backends warmpool tests bench
+	$(VENV)/bin/ruff format gateway cache backends warmpool tests bench scripts
+	$(VENV)/bin/ruff check --fix gateway cache backends warmpool tests bench scripts
 
 test: check
 	$(VENV)/bin/pytest --cov --cov-report=term:skip-covered
 
+BENCHES := proxy_overhead cache_quality cache_latency overload weight_load cold_start
+
+# Every benchmark prints JSON lines; results also land in bench/results/ (git-ignored).
 bench: $(STAMP)
-	$(PY) bench/proxy_overhead.py
+	mkdir -p bench/results
+	for b in $(BENCHES); do $(PY) bench/$$b.py | tee bench/results/$$b.jsonl || exit 1; done
 
 bench-quick: $(STAMP)
-	$(PY) bench/proxy_overhead.py --quick
+	mkdir -p bench/results
+	for b in $(BENCHES); do $(PY) bench/$$b.py --quick | tee bench/results/$$b.jsonl || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache .coverage
