@@ -285,9 +285,10 @@ class Pipeline:
         if ticket.closed:
             return
         ticket.closed = True
-        with anyio.CancelScope(shield=True):
-            usage = self._usage(ticket, outcome, cached)
-            if ticket.admission.reservation is not None:
+        usage = self._usage(ticket, outcome, cached)
+        if ticket.admission.reservation is not None:
+            # A disconnect must not cancel the refund, or the tenant pays for nothing.
+            with anyio.CancelScope(shield=True):
                 await self._quotas.settle(ticket.admission.reservation, usage.total)
         self._release(ticket, usage)
         if not cached:
