@@ -12,14 +12,17 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import orjson
 
 from backends.worker.answers import AnswerShape, Envelope, Json, Usage
 from backends.worker.detokenizer import IncrementalDecoder
 from backends.worker.errors import error_payload
-from backends.worker.generator import ChatModel
 from backends.worker.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from backends.worker.generator import ChatModel
 
 logger = logging.getLogger(__name__)
 

@@ -6,6 +6,12 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
+
+# How chat models' weights are read (see `weights`): the file mapped into memory, read in
+# parallel chunks into memory of the worker's own, or transformers' `from_pretrained`.
+# On CUDA, `mmap` and `chunked` both stream through pinned buffers to the device.
+WeightLoader = Literal["mmap", "chunked", "transformers"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,10 @@ class WorkerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "info"
+    weight_loader: WeightLoader = "mmap"
+    # Test-only: hold the start-up before the probes until this file exists, so that a test
+    # can watch a worker that has loaded its weights but not yet answered a probe.
+    hold_before_probe: Path | None = None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
@@ -57,6 +67,8 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        weight_loader=args.weight_loader,
+        hold_before_probe=args.test_hold_before_probe,
     )
 
 
@@ -87,6 +99,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-context", type=_positive_int, default=GenerationLimits.max_context)
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--weight-loader",
+        choices=get_args(WeightLoader),
+        default=WorkerConfig.weight_loader,
+        help="how chat models' safetensors are read (default: %(default)s)",
+    )
+    parser.add_argument("--test-hold-before-probe", type=Path, help=argparse.SUPPRESS)
     return parser
 
 

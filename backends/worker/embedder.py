@@ -36,6 +36,14 @@ class Embedder:
         return cls(spec.name, model)
 
     @property
+    def bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self._model.parameters())
+
+    def probe(self) -> Embeddings:
+        """Embed one short text: a real forward pass."""
+        return self.embed(["Hello"])
+
+    @property
     def dimension(self) -> int:
         return int(self._model.get_embedding_dimension() or 0)
 

@@ -41,14 +41,39 @@ class ChatModel:
 
     @classmethod
     def load(cls, spec: ModelSpec, device: str, max_context: int) -> ChatModel:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """Load through transformers' `from_pretrained` (any format it reads)."""
+        from transformers import AutoModelForCausalLM
 
-        tokenizer = AutoTokenizer.from_pretrained(spec.path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(spec.path, local_files_only=True, dtype="auto")
         # transformers types `to` through a decorator that mypy reads wrongly.
         model.to(device).eval()  # type: ignore[arg-type]
+        return cls._around(spec, model, max_context)
+
+    @classmethod
+    def assemble(
+        cls, spec: ModelSpec, state: dict[str, torch.Tensor], device: str, max_context: int
+    ) -> ChatModel:
+        """Build the model around weights already loaded (see `assembly`)."""
+        from backends.worker.assembly import assemble_causal_lm
+
+        return cls._around(spec, assemble_causal_lm(spec.path, state, device), max_context)
+
+    @classmethod
+    def _around(cls, spec: ModelSpec, model: PreTrainedModel, max_context: int) -> ChatModel:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(spec.path, local_files_only=True)
         positions = getattr(model.config, "max_position_embeddings", None) or max_context
         return cls(spec.name, model, tokenizer, min(max_context, positions))
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self._model.parameters())
+
+    def probe(self) -> int:
+        """Write one token greedily: a real forward pass through the serving path."""
+        prompt = self.text_prompt("Hello")
+        return self.start(prompt, SamplingParams(max_tokens=1, temperature=0)).step()
 
     def chat_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         if self._tokenizer.chat_template is None:

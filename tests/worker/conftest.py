@@ -9,16 +9,26 @@ from pathlib import Path
 import openai
 import pytest
 
+from backends.worker.synthetic_model import write_synthetic_model
 from backends.worker.tiny_model import write_tiny_chat_model
 from tests.support.processes import ServerProcess, free_port
 
 EMBEDDING_MODEL = "minilm"
 CHAT_MODEL = "tiny-chat"
+# Big enough to be sharded and to take measurable time to read; small enough to write fast.
+SYNTHETIC_GB = 0.06
+SYNTHETIC_SHARD_GB = 0.025
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_chat_model(tmp_path_factory.mktemp("models") / "tiny-chat")
+
+
+@pytest.fixture(scope="session")
+def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("models") / "synthetic"
+    return write_synthetic_model(folder, SYNTHETIC_GB, shard_gb=SYNTHETIC_SHARD_GB)
 
 
 @pytest.fixture(scope="session")

@@ -37,3 +37,20 @@ def test_bad_command_lines_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as caught:
         parse_args(argv)
     assert caught.value.code == 2
+
+
+def test_weight_loader_defaults_to_mmap_and_can_be_chosen() -> None:
+    assert parse_args(["--embedding-model", "mini"]).weight_loader == "mmap"
+    config = parse_args(["--chat-model", "t=/m/t", "--weight-loader", "chunked"])
+    assert config.weight_loader == "chunked" and config.hold_before_probe is None
+    with pytest.raises(SystemExit):
+        parse_args(["--chat-model", "t=/m/t", "--weight-loader", "pickle"])
+
+
+def test_the_test_hold_is_hidden_from_help(capsys: pytest.CaptureFixture[str]) -> None:
+    config = parse_args(["--chat-model", "t=/m/t", "--test-hold-before-probe", "/tmp/go"])
+    assert config.hold_before_probe == Path("/tmp/go")
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    help_text = capsys.readouterr().out
+    assert "--weight-loader" in help_text and "hold" not in help_text
