@@ -1,0 +1,167 @@
+"""Whether a lookup is a hit: a pure function of the query and its candidates.
+
+Tier 1 (the exact request hash) is decided before this module is reached. Here:
+
+- Tier 2, normalised: a candidate whose strict normal form (cache/normalize.py) equals the
+  query's is a hit.
+- Tier 3, verified semantic: the `top_k` most similar candidates at or above
+  `similarity_floor`. Each is refused if either prompt was truncated by the model, if a
+  guard fires (cache/guards.py: other numbers, operators, negation, swapped direction,
+  order or roles), or if more than `content_tolerance` content words have no counterpart
+  on the other side. The pair verifier (cache/verifier.py) scores the rest; a candidate
+  passes at the verifier's threshold, or at the stricter `unexplained_threshold` when it
+  has a word without a counterpart. The best-scoring pass is the hit.
+
+A wrong answer is the worst outcome, so every step can only refuse, and a refusal costs
+one model call. The defaults were chosen on the training split (scripts/train_verifier.py
+picks the verifier threshold out of fold); bench/cache_quality.py reports them on the
+held-out split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from cache.embedder import Embedded
+from cache.features import TokenFeatures
+from cache.guards import GUARDS, unexplained_words
+from cache.normalize import normalize
+
+Tier = Literal["normalized", "semantic"]
+DEFAULT_GUARDS = frozenset(
+    {"content", "numbers", "negation", "operators", "direction", "order", "roles"}
+)
+
+
+class Verifier(Protocol):
+    threshold: float
+
+    def score_many(self, query: bytes, candidates: Sequence[bytes]) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class Candidate:
+    prompt: str
+    features: bytes  # the entry's TokenFeatures bytes
+    similarity: float  # cosine of the entry's vector with the query's
+
+
+@dataclass(frozen=True)
+class DecisionSettings:
+    similarity_floor: float = 0.80
+    top_k: int = 3
+    verifier_threshold: float | None = None  # None: the threshold shipped with the weights
+    guards: frozenset[str] = field(default=DEFAULT_GUARDS)
+    # The "content" guard: how many content words without a counterpart a pair may have
+    # before it is refused without asking the verifier; a pair with any must clear the
+    # stricter `unexplained_threshold` (a one-word difference is mostly a real one).
+    content_tolerance: int = 1
+    unexplained_threshold: float = 0.99
+    normalized_tier: bool = True
+    semantic_tier: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = self.guards - GUARDS.keys()
+        if unknown:
+            raise ValueError(f"unknown guards: {sorted(unknown)}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    index: int | None  # the candidate served, or None for a miss
+    tier: Tier | None
+    similarity: float | None
+    verifier_score: float | None
+    reason: str  # why: "normalized", "verified", or what refused the best candidate
+
+    @property
+    def hit(self) -> bool:
+        return self.index is not None
+
+
+def decide(
+    query_prompt: str,
+    query: Embedded,
+    candidates: Sequence[Candidate],
+    settings: DecisionSettings,
+    verifier: Verifier | None,
+) -> Decision:
+    """Pick the candidate to serve, or none. Pure: same inputs, same decision."""
+    if not candidates:
+        return _miss("no_candidates")
+    query_form = normalize(query_prompt)
+    if settings.normalized_tier:
+        found = _normalized_hit(query_form, candidates)
+        if found is not None:
+            return Decision(found, "normalized", candidates[found].similarity, None, "normalized")
+    if not settings.semantic_tier or verifier is None:
+        return _miss("semantic_tier_off")
+    return _semantic(query_form, query, candidates, settings, verifier)
+
+
+def _normalized_hit(query_form: str, candidates: Sequence[Candidate]) -> int | None:
+    matches = [i for i, c in enumerate(candidates) if normalize(c.prompt) == query_form]
+    return max(matches, key=lambda i: candidates[i].similarity) if matches else None
+
+
+def _semantic(
+    query_form: str,
+    query: Embedded,
+    candidates: Sequence[Candidate],
+    settings: DecisionSettings,
+    verifier: Verifier,
+) -> Decision:
+    ranked = sorted(range(len(candidates)), key=lambda i: -candidates[i].similarity)
+    floor = settings.similarity_floor
+    near = [i for i in ranked[: settings.top_k] if candidates[i].similarity >= floor]
+    if not near:
+        return _miss("below_floor")
+    if _truncated(query.features):
+        return _miss("truncated")
+    screened = {i: _screen(query_form, candidates[i], settings) for i in near}
+    allowed = [i for i in near if screened[i][0] is None]
+    if not allowed:
+        return _miss(screened[near[0]][0] or "guard")
+    scores = verifier.score_many(query.features, [candidates[i].features for i in allowed])
+    base = settings.verifier_threshold
+    base = verifier.threshold if base is None else base
+    strict = max(base, settings.unexplained_threshold)
+    passed = [
+        (score, i)
+        for score, i in zip(scores, allowed, strict=True)
+        if score >= (strict if screened[i][1] else base)
+    ]
+    if not passed:
+        best = max(range(len(allowed)), key=lambda k: scores[k])
+        chosen = allowed[best]
+        return Decision(None, None, candidates[chosen].similarity, scores[best], "verifier")
+    score, chosen = max(passed)
+    return Decision(chosen, "semantic", candidates[chosen].similarity, score, "verified")
+
+
+def _screen(
+    query_form: str, candidate: Candidate, settings: DecisionSettings
+) -> tuple[str | None, int]:
+    """(why the guards refuse it or None, content words without a counterpart)."""
+    if _truncated(candidate.features):
+        return "truncated", 0
+    a, b = query_form.split(), normalize(candidate.prompt).split()
+    for name in sorted(settings.guards - {"content"}):
+        if GUARDS[name](a, b):
+            return f"guard:{name}", 0
+    if "content" not in settings.guards:
+        return None, 0
+    unexplained = unexplained_words(a, b)
+    if unexplained > settings.content_tolerance:
+        return "guard:content", unexplained
+    return None, unexplained
+
+
+def _truncated(features: bytes) -> bool:
+    return TokenFeatures.from_bytes(features).truncated
+
+
+def _miss(reason: str) -> Decision:
+    return Decision(None, None, None, None, reason)
