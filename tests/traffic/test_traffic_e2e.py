@@ -143,6 +143,7 @@ def test_flooding_tenant_does_not_delay_another_beyond_its_share(
 
     async def run() -> tuple[float, list[float]]:
         async with httpx.AsyncClient(timeout=30) as client:
+            flood_started = time.monotonic()
             flood = [asyncio.create_task(post(client, gw, "a", slow)) for _ in range(24)]
             await asyncio.sleep(0.3)
             b_times = []
@@ -150,14 +151,14 @@ def test_flooding_tenant_does_not_delay_another_beyond_its_share(
                 started = time.monotonic()
                 assert (await post(client, gw, "b", slow)).status_code == 200
                 b_times.append(time.monotonic() - started)
-            started = time.monotonic()
             await asyncio.gather(*flood)
-            return time.monotonic() - started, b_times
+            return time.monotonic() - flood_started, b_times
 
-    _, b_times = asyncio.run(run())
-    # Served FIFO, B would wait behind A's ~22 queued requests: ~11 service rounds (2.2 s).
-    # Fairly, B waits at most about one service time for a slot, plus its own.
-    assert max(b_times) < 0.9, b_times
+    flood_s, b_times = asyncio.run(run())
+    # Served FIFO, B's first request would wait behind A's ~22 queued ones: most of the
+    # flood's 12 service rounds. Fairly, it waits about one round for a slot, plus its own.
+    # Compared with the flood's own duration, so a slow machine slows both alike.
+    assert max(b_times) < 0.35 * flood_s, (b_times, flood_s)
 
 
 def test_interactive_overtakes_batch(
