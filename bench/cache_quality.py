@@ -291,7 +291,7 @@ def run_file(
         split_rule=SPLIT_RULE,
         quick=quick,
     )
-    texts = sorted({t for p in measured for t in (p.a, p.b)}, key=len)
+    texts = sorted({t for p in measured for t in (p.a, p.b)}, key=lambda t: (len(t), t))
     vectors = dict(zip(texts, embed_many(encoder, texts, 64), strict=True))
     queries = build_queries(measured, vectors)
     file = path.name

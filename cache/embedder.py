@@ -194,6 +194,11 @@ class BatchingEmbedder:
 
     async def _collect(self, loop: asyncio.AbstractEventLoop) -> list[_Pending]:
         batch = [await self._queue.get()]
+        await asyncio.sleep(0)  # requests issued in the same turn of the loop join at once
+        while not self._queue.empty() and len(batch) < self._max_batch:
+            batch.append(self._queue.get_nowait())
+        if len(batch) == 1:
+            return batch  # alone: waiting for company would only add latency
         deadline = loop.time() + self._window_s
         while len(batch) < self._max_batch:
             if not self._queue.empty():

@@ -178,6 +178,10 @@ class FairQueue:
         self._depth[entry.rank] -= 1
 
 
+_SHARE_ALPHA = 0.05  # about the last 20 dispatches
+_MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not forever
+
+
 class Shed(Exception):
     """The request was refused or dropped by the scheduler; answer 503 with Retry-After.
 
@@ -281,6 +285,9 @@ class FairScheduler:
         self._service = ServiceTimeEstimator(initial_service_s)
         self._in_flight = 0
         self._dispatched = dict.fromkeys(self._ranks, 0)
+        # Recent share of dispatches per class rank (EWMA): a lower class only gets what
+        # the higher ones leave, so its expected wait stretches by 1 / (1 - their share).
+        self._rank_share: dict[int, float] = dict.fromkeys(self._ranks.values(), 0.0)
         self._shed: dict[tuple[str, str], int] = {}
 
     @property
@@ -357,7 +364,9 @@ class FairScheduler:
     def _admit(self, entry: Entry, now: float) -> None:
         """Refuses on arrival (raises Shed), or makes room in a full queue."""
         ahead = self._queue.ahead_of(entry.tenant, entry.weight, entry.rank)
-        wait = self._expected_wait(ahead)
+        higher = sum(share for rank, share in self._rank_share.items() if rank < entry.rank)
+        # Higher classes arriving while it waits go first: it gets only what they leave.
+        wait = self._expected_wait(ahead) / max(_MIN_LEFTOVER, 1.0 - higher)
         if should_shed(now, entry.deadline, wait):
             raise self._count(entry, Shed("deadline_unreachable", retry_after_s(wait)))
         if self._in_flight < self._max or len(self._queue) < self._max_queue:
@@ -393,6 +402,9 @@ class FairScheduler:
         self._queue.dispatch(entry)
         self._in_flight += 1
         self._dispatched[entry.priority] = self._dispatched.get(entry.priority, 0) + 1
+        for rank in self._rank_share:
+            hit = 1.0 if rank == entry.rank else 0.0
+            self._rank_share[rank] += _SHARE_ALPHA * (hit - self._rank_share[rank])
         waiter.future.set_result(Slot(self, entry, now))
         if self._on_wait is not None:
             self._on_wait(entry.priority, now - entry.enqueued_at)
