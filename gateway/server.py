@@ -23,6 +23,8 @@ def serve(settings: Settings, host: str, port: int) -> int:
         http="httptools",
         lifespan="on",
         access_log=False,  # the gateway writes its own access line, without secrets
+        proxy_headers=False,  # client addresses are not used; skip the per-request rewrite
+        server_header=False,
         log_level="warning",
         timeout_graceful_shutdown=10,
         backlog=2048,
