@@ -42,6 +42,8 @@ from typing import Any
 import orjson
 import uvicorn
 
+from tests.support.asgi import read_body, run_lifespan, send_json
+
 Scope = dict[str, Any]
 MODEL = "capacity"
 PROMPT_TOKENS = 10
@@ -123,27 +125,27 @@ class CapacityUpstream:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await run_lifespan(receive, send)
             return
         path, method = scope["path"], scope["method"]
         if method == "GET":
             await self._get(path, send)
         elif path == "/_control":
-            await self._control(orjson.loads(await _read(receive) or b"{}"), send)
+            await self._control(orjson.loads(await read_body(receive) or b"{}"), send)
         elif path == "/v1/chat/completions":
-            await self._chat(await _read(receive), receive, send)
+            await self._chat(await read_body(receive), receive, send)
         else:
-            await _json(send, 404, _error("not found", "unknown_url"))
+            await send_json(send, 404, _error("not found", "unknown_url"))
 
     async def _get(self, path: str, send: Any) -> None:
         if path == "/v1/models":
             model = {"id": MODEL, "object": "model", "created": 0, "owned_by": "bench"}
-            await _json(send, 200, {"object": "list", "data": [model]})
+            await send_json(send, 200, {"object": "list", "data": [model]})
         elif path == "/_stats":
             queued = self.capacity.queued()
             self.max_queued = max(self.max_queued, queued)
             now = time.monotonic()
-            await _json(
+            await send_json(
                 send,
                 200,
                 {
@@ -158,7 +160,7 @@ class CapacityUpstream:
                 },
             )
         else:
-            await _json(send, 404, _error("not found", "unknown_url"))
+            await send_json(send, 404, _error("not found", "unknown_url"))
 
     async def _control(self, body: dict[str, Any], send: Any) -> None:
         if "fail_rate" in body:
@@ -168,7 +170,7 @@ class CapacityUpstream:
             self.epoch += 1
             self.stats = dict.fromkeys(_COUNTERS, 0)
             self.max_queued = 0
-        await _json(send, 200, {"fail_rate": self.fail_rate, "epoch": self.epoch})
+        await send_json(send, 200, {"fail_rate": self.fail_rate, "epoch": self.epoch})
 
     def _count(self, epoch: int, counter: str) -> None:
         if epoch == self.epoch:
@@ -179,7 +181,7 @@ class CapacityUpstream:
         self._count(epoch, "attempts")
         if self.fail_rate > 0 and self.random.random() < self.fail_rate:
             self._count(epoch, "failed")
-            await _json(send, 503, _error("rejected (injected failure)", "upstream_busy"))
+            await send_json(send, 503, _error("rejected (injected failure)", "upstream_busy"))
             return
         body = orjson.loads(raw)
         task = asyncio.current_task()
@@ -202,7 +204,7 @@ class CapacityUpstream:
         except Flushed:
             watcher.cancel()
             self._count(epoch, "flushed")
-            await _json(send, 409, _error("flushed by a reset", "flushed"))
+            await send_json(send, 409, _error("flushed by a reset", "flushed"))
             return
         except asyncio.CancelledError:
             if not gone:
@@ -212,7 +214,7 @@ class CapacityUpstream:
         watcher.cancel()
         self.served_total += 1
         self._count(epoch, "served")
-        await _json(send, 200, _completion(body))
+        await send_json(send, 200, _completion(body))
 
 
 async def _cancel_on_disconnect(receive: Any, task: asyncio.Task[Any], gone: list[bool]) -> None:
@@ -241,32 +243,6 @@ def _completion(body: dict[str, Any]) -> dict[str, Any]:
 
 def _error(message: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
-
-
-async def _read(receive: Any) -> bytes:
-    parts = []
-    while True:
-        message = await receive()
-        parts.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(parts)
-
-
-async def _json(send: Any, status: int, body: Any) -> None:
-    payload = orjson.dumps(body)
-    headers = [(b"content-type", b"application/json")]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 def main() -> None:

@@ -32,6 +32,8 @@ from typing import Any
 import orjson
 import uvicorn
 
+from tests.support.asgi import read_body, run_lifespan, send_json
+
 Scope = dict[str, Any]
 
 MODELS = [
@@ -53,7 +55,7 @@ class FakeUpstream:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await run_lifespan(receive, send)
             return
         path, method = scope["path"], scope["method"]
         if method == "GET":
@@ -61,7 +63,7 @@ class FakeUpstream:
             return
         self.stats["requests"] += 1
         self.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        body = orjson.loads(await _read(receive))
+        body = orjson.loads(await read_body(receive))
         counted = f"model:{body.get('model')}"
         self.stats[counted] = self.stats.get(counted, 0) + 1
         await self._post(path, body, receive, send)
@@ -69,15 +71,15 @@ class FakeUpstream:
     async def _get(self, path: str, send: Any) -> None:
         if path == "/v1/models":
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in MODELS]
-            await _json(send, 200, {"object": "list", "data": data})
+            await send_json(send, 200, {"object": "list", "data": data})
         elif path == "/_last":
-            await _json(send, 200, self.last_headers)
+            await send_json(send, 200, self.last_headers)
         elif path == "/_stats":
-            await _json(send, 200, self.stats)
+            await send_json(send, 200, self.stats)
         elif path == "/_crash":  # a model server dying at once, mid-whatever
             os._exit(3)
         else:
-            await _json(
+            await send_json(
                 send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}}
             )
 
@@ -86,21 +88,21 @@ class FakeUpstream:
         if model == "slow":
             await asyncio.sleep(float(body.get("x_delay", 1.0)))
         if model == "error-500":
-            await _json(
+            await send_json(
                 send, 500, {"error": {"message": "internal failure", "type": "server_error"}}
             )
         elif model == "always-503":
             error = {"error": {"message": "down", "type": "server_error"}}
-            await _json(send, 503, error)
+            await send_json(send, 503, error)
         elif model == "busy-429":
             error = {"error": {"message": "busy", "type": "rate_limit_error", "code": "busy"}}
-            await _json(send, 429, error, [(b"retry-after", b"7")])
+            await send_json(send, 429, error, [(b"retry-after", b"7")])
         elif path == "/v1/embeddings":
-            await _json(send, 200, _embeddings(body))
+            await send_json(send, 200, _embeddings(body))
         elif body.get("stream"):
             await self._stream(path, body, receive, send)
         else:
-            await _json(send, 200, _completion(path, body))
+            await send_json(send, 200, _completion(path, body))
 
     async def _stream(self, path: str, body: dict[str, Any], receive: Any, send: Any) -> None:
         headers = [(b"content-type", b"text/event-stream")]
@@ -225,37 +227,9 @@ def _encode(vector: list[float], body: dict[str, Any]) -> Any:
     return vector
 
 
-async def _read(receive: Any) -> bytes:
-    parts = []
-    while True:
-        message = await receive()
-        parts.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(parts)
-
-
 async def _until_disconnect(receive: Any) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def _json(
-    send: Any, status: int, body: Any, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    payload = orjson.dumps(body)
-    headers = [(b"content-type", b"application/json"), *(extra or [])]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 def main() -> None:
