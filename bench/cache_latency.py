@@ -91,6 +91,7 @@ from bench.cache_latency_loadgen import (  # noqa: E402
     CacheRoundResult,
     CacheRoundSpec,
 )
+from bench.measure import cpu_seconds, percentile  # noqa: E402
 from cache.codec import StoredEntry  # noqa: E402
 from tests.support.processes import Gateway, ServerProcess, start_fake_upstream  # noqa: E402
 from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
@@ -145,23 +146,6 @@ QUICK = Plan(
     component_round_s=1.5,
     component_hnsw=False,
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (q in [0, 100])."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def emit(metric: str, value: float, unit: str, **parameters: Any) -> None:

@@ -127,6 +127,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
+from bench.measure import cpu_seconds, percentile  # noqa: E402
 from bench.overload_loadgen import (  # noqa: E402
     OpenLoopGenerator,
     PhaseResult,
@@ -187,17 +188,6 @@ QUICK = Plan(
     default_storm_rates=(0.5,),
     noisy_interactive_loads=(),
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (q in [0, 100])."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def jain(values: list[float]) -> float:
@@ -355,12 +345,6 @@ def streams(rates: dict[str, float], classes: dict[str, str], header: bool) -> l
         rps = rate * CAPACITY_RPS
         result.append(StreamSpec(tenant, KEYS[tenant], rps, header_s if header else None, client_s))
     return result
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class WindowProbe:

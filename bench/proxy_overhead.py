@@ -53,6 +53,7 @@ import httpx  # noqa: E402
 import orjson  # noqa: E402
 
 from bench.loadgen import LoadGenerator, RoundResult, RoundSpec  # noqa: E402
+from bench.measure import cpu_seconds, percentile  # noqa: E402
 from tests.support.processes import Gateway, ServerProcess, start_fake_upstream  # noqa: E402
 from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
 
@@ -97,23 +98,6 @@ class Series:
     @property
     def rps(self) -> float:
         return self.completed / self.seconds if self.seconds else 0.0
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (q in [0, 100])."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:
