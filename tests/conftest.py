@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from tests.support.processes import (
     Gateway,
+    RedisServer,
     ServerProcess,
-    free_port,
+    redis_answers,
     start_fake_upstream,
     start_gateway,
 )
@@ -29,7 +27,7 @@ GatewayFactory = Callable[..., Gateway]
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """REDIS_URL if a Redis answers there; otherwise a redis-server started for the session."""
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
-    if _answers(url):
+    if redis_answers(url):
         yield url
         return
     binary = shutil.which("redis-server")
@@ -38,42 +36,12 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             f"no Redis answers at {url} and redis-server is not installed: "
             "install it (Debian/Ubuntu: apt install redis-server) or set REDIS_URL"
         )
-    port = free_port()
-    folder = tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(folder),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while not _answers(url):
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"started redis-server on port {port} but it does not answer")
-        time.sleep(0.05)
-    yield url
-    process.terminate()
-    process.wait(10)
-
-
-def _answers(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
+        server = RedisServer(tmp_path_factory.mktemp("redis"), binary)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield server.url
+    server.kill()
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ hit is visible in the content: the answer names the *cached* prompt, not the new
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import openai
 import pytest
 
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import Gateway, free_port, start_fake_upstream, start_gateway
+from tests.support.processes import Gateway, RedisServer, start_fake_upstream, start_gateway
 
 KEY_A, KEY_B = "sk-test-cache-a-0123456789", "sk-test-cache-b-0123456789"
 
@@ -308,31 +307,11 @@ def test_second_replica_serves_the_first_ones_entry(
 def test_redis_stopped_mid_test_fails_open(
     gateway_factory: GatewayFactory, upstream: str, tmp_path: Path
 ) -> None:
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
+    server = RedisServer(tmp_path)
     try:
-        time.sleep(0.3)
-        gw = gateway_factory(
-            cache_config(upstream, {"url": f"redis://127.0.0.1:{port}"}), timeout_s=120
-        )
+        gw = gateway_factory(cache_config(upstream, {"url": server.url}), timeout_s=120)
         stored(gw, "What is a monad?")
         server.kill()
-        server.wait()
         started = time.monotonic()
         answer = ask(gw, "What is a monad?")
         assert answer.headers["x-cache"] == "miss" and time.monotonic() - started < 2

@@ -145,3 +145,49 @@ class Gateway:
 
     def stop(self) -> int | None:
         return self.server.stop()
+
+
+class RedisServer:
+    """A private redis-server on a free loopback port (nothing kept on disk)."""
+
+    def __init__(self, folder: Path, binary: str = "redis-server", timeout_s: float = 10.0) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(folder),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while not redis_answers(self.url):
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"started redis-server on port {self.port}; it does not answer")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def redis_answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False

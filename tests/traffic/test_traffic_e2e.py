@@ -4,7 +4,6 @@ fair queue, load shedding, retry budget and circuit breaker, against the fake up
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import Gateway, ServerProcess, free_port, start_fake_upstream
+from tests.support.processes import Gateway, RedisServer, start_fake_upstream
 
 KEYS = {name: f"sk-test-{name}-0123456789" for name in ("a", "b", "inter", "batch")}
 
@@ -280,33 +279,12 @@ def test_breaker_opens_then_closes(
 def test_redis_stopped_mid_test_falls_back_to_local_share(
     gateway_factory: GatewayFactory, upstream: str, tmp_path: Path
 ) -> None:
-    port = free_port()
-    redis_server = ServerProcess(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        "",
-        tmp_path / "redis.log",
-    )
-    redis_server.process = subprocess.Popen(
-        redis_server.command, stdout=subprocess.DEVNULL, start_new_session=True
-    )
-    time.sleep(0.3)
+    redis_server = RedisServer(tmp_path)
     try:
         cfg = config(
             upstream,
             [tenant("a", quotas={"requests_per_minute": 10})],
-            {"url": f"redis://127.0.0.1:{port}", "prefix": "fallback"},
+            {"url": redis_server.url, "prefix": "fallback"},
         )
         gw = gateway_factory(cfg)
         headers = {"Authorization": f"Bearer {KEYS['a']}"}
