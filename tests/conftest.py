@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,6 +22,23 @@ from tests.support.processes import (
 )
 
 GatewayFactory = Callable[..., Gateway]
+
+
+# What must never appear in any log a test process wrote: API keys (the gateway's `sk-gw-`
+# keys and the tests' `sk-test-` keys), the fake upstream's credential, the test S3 secret.
+SECRETS = re.compile(rb"sk-(?:gw|test)-[A-Za-z0-9_-]{6,}|upstream-secret-xyz|test-secret")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_secret_in_any_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After the whole run, scan every log the gateways, workers and upstreams wrote."""
+    yield
+    leaks = []
+    for path in tmp_path_factory.getbasetemp().rglob("*"):
+        if path.is_file() and path.suffix in {".log", ".jsonl"}:
+            for match in SECRETS.finditer(path.read_bytes()):
+                leaks.append(f"{path}: {match.group().decode(errors='replace')}")
+    assert not leaks, "secrets in logs:\n" + "\n".join(leaks[:20])
 
 
 @pytest.fixture(scope="session")
