@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DATA ?= .gateway
 export GATEWAY_DATA_DIR ?= $(DATA)
 
-.PHONY: run test check format bench bench-quick install demo-model clean
+.PHONY: run test check format bench bench-quick install demo-model clean soak reliability-report chromium
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -36,7 +36,11 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format gateway cache backends warmpool tests bench scripts
 	$(VENV)/bin/ruff check --fix gateway cache backends warmpool tests bench scripts
 
-test: check
+# The HTML report's browser test drives Debian's Chromium (no-op when it is there).
+chromium:
+	bash scripts/install_chromium.sh
+
+test: check chromium
 	$(VENV)/bin/pytest --cov --cov-report=term:skip-covered
 
 BENCHES := proxy_overhead cache_quality cache_latency overload weight_load cold_start
@@ -49,6 +53,15 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	mkdir -p bench/results
 	for b in $(BENCHES); do $(PY) bench/$$b.py --quick | tee bench/results/$$b.jsonl || exit 1; done
+
+# Steady mixed traffic against two replicas; SOAK_ARGS="--duration 3600" or "--quick".
+soak: $(STAMP)
+	$(PY) bench/soak.py $(SOAK_ARGS)
+
+# The fault suite's cases with bigger bursts, then a short soak: a table and JSON lines.
+reliability-report: $(STAMP)
+	mkdir -p bench/results
+	$(PY) bench/reliability.py $(RELIABILITY_ARGS) | tee bench/results/reliability.jsonl
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache .coverage

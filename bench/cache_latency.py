@@ -20,9 +20,10 @@ gateway / direct / gateway ... for each kind and concurrency (1, 64):
 The 100k gateway gets the real entries the 10k one stored (copied into its snapshot), and
 is measured only once its CPU has gone idle after start (`settle_s`): above 20k entries
 the sweeper rebuilds the namespace's flat index as HNSW, which takes minutes here. While
-the rounds run, the snapshot file is watched: any hit marks the store dirty, so the
-gateway rewrites the whole file every few seconds (`snapshot_writes`,
-`snapshot_busy_fraction`), and that is part of what the hit latencies include.
+the rounds run, the snapshot file is watched (`snapshot_writes`, `snapshot_busy_fraction`):
+the gateway rewrites the whole file a few seconds after entries change, but after hits
+alone only every few minutes (cache/store.py), and whatever it writes is part of what the
+hit latencies include.
 
 In process (`level: component`, bench/cache_latency_component.py, full mode only): the
 same embedder, store, verifier and `AnswerCache.lookup` without HTTP, loaded from the
@@ -51,6 +52,12 @@ entries, level (gateway, component), index (flat, hnsw):
     snapshot_writes, snapshot_busy_fraction   during the gateway's measured rounds
     target_met                                1/0: semantic hit p50 < 15 ms, exact hit p50
                                               < 2 ms (gateway, concurrency 1)
+    embed_alone_p50_ms, embed_alone_p90_ms    the forward pass alone for one semantic query,
+                                              in this process after the gateways stopped
+                                              (`path`: library = sentence-transformers'
+                                              own, the baseline; fast = cache/bert.py;
+                                              `precision`; `default`: what the gateway ran)
+    load_avg_1m                               the machine's load at the start and the end
 
     python bench/cache_latency.py            # 10k and 100k, gateway and component, ~7 min
     python bench/cache_latency.py --quick    # 10k through the gateway only, under a minute
@@ -120,6 +127,7 @@ class Plan:
     component_entries: tuple[int, ...]
     component_round_s: float
     component_hnsw: bool  # also measure the in-process 100k namespace after its HNSW build
+    embed_rounds: int  # passes per semantic query and variant in the embed phase
 
 
 FULL = Plan(
@@ -133,6 +141,7 @@ FULL = Plan(
     component_entries=(10_000, 100_000),
     component_round_s=3.0,
     component_hnsw=False,  # the in-process HNSW build of 100k vectors takes ~2 min here
+    embed_rounds=5,
 )
 QUICK = Plan(
     real_prompts=64,
@@ -145,6 +154,7 @@ QUICK = Plan(
     component_entries=(),
     component_round_s=1.5,
     component_hnsw=False,
+    embed_rounds=2,
 )
 
 
@@ -649,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     failed = False
+    emit_load("start")
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
         work_dir = Path(tmp)
         upstream: ServerProcess | None = None
@@ -682,12 +693,59 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError("the embedding model did not load (see above)")
                 assert prepared is not None and real is not None
                 component_phase(plan, work_dir, models[0], real, prepared.reworded)
+            embed_phase(prepared.reworded if prepared else [], plan.embed_rounds)
         finally:
             loadgen.stop()
             if upstream is not None:
                 upstream.stop()
+    emit_load("end")
     progress(f"done in {time.monotonic() - started:.1f} s")
     return 1 if failed else 0
+
+
+def emit_load(when: str) -> None:
+    """The machine's 1-minute load average: on 2 shared cores, a run at a load of 6 is not
+    comparable with one at 1 (compare variants within one run instead)."""
+    emit("load_avg_1m", round(os.getloadavg()[0], 2), "tasks", when=when, cores=os.cpu_count())
+
+
+def embed_phase(queries: list[str], rounds: int) -> None:
+    """The forward pass alone, in this process, one semantic query at a time: the gateway's
+    embedder (`default`: true) beside sentence-transformers' own path in float32 (`path`:
+    library, what the embedder ran before cache/bert.py) and the fast path in each
+    precision. Variants alternate query by query, so the machine's load hits all alike."""
+    import torch
+
+    from cache.embedder import SentenceEncoder, load_embedder
+
+    if not queries:
+        return
+    progress("embed: the forward pass alone")
+    default = load_embedder()
+    variants = {
+        ("library", "float32"): SentenceEncoder(default.model, fast=False),
+        ("fast", "float32"): SentenceEncoder(default.model, "float32"),
+        ("fast", "bfloat16"): SentenceEncoder(default.model, "bfloat16"),
+    }
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in variants}
+    for encoder in variants.values():
+        encoder.encode(queries[:8])  # first passes allocate and pick kernels
+    for _ in range(rounds):
+        for query in queries:
+            for key, encoder in variants.items():
+                sent = time.perf_counter()
+                encoder.encode([query])
+                times[key].append((time.perf_counter() - sent) * 1000.0)
+    for (path, precision), samples in times.items():
+        params = {
+            "path": path,
+            "precision": precision,
+            "default": path == "fast" and precision == default.precision,
+            "threads": torch.get_num_threads(),
+            "level": "component",
+        }
+        emit("embed_alone_p50_ms", round(percentile(samples, 50), 3), "ms", **params)
+        emit("embed_alone_p90_ms", round(percentile(samples, 90), 3), "ms", **params)
 
 
 def _load_models(out: list[Any], ready: threading.Event) -> None:

@@ -8,6 +8,10 @@ returns its own pair's `a` and the pair is labelled duplicate; any other hit is 
 Only pairs no training step read are measured (bench/pair_data.py): the held-out half of
 prompt-pairs-dev.jsonl, and of paraphrase-dev.jsonl all QQP pairs (never trained on) and
 the held-out half of the PAWS pairs. Each file's first line says so (metric `pairs`).
+The QQP pairs are not held out from rule choices, though: the "person" guard and the
+strict `unexplained_threshold` were chosen by reading the QQP false hits (as the data
+README allows: a held-out set we do not get has the same recipe), so QQP figures are
+development figures, likely a little better than on unseen QQP-style pairs.
 
 Systems, all on the same MiniLM vectors:
   cosine    top-1 cosine >= threshold (setting = threshold)
@@ -287,6 +291,7 @@ def run_file(
         "count",
         file=path.name,
         measured="held-out half (QQP: all, never trained on)",
+        rules_chosen_on="QQP pairs (person guard, unexplained_threshold)",
         excluded_training_pairs=len(pairs) - len(held_out_pairs(pairs)),
         split_rule=SPLIT_RULE,
         quick=quick,
@@ -360,7 +365,7 @@ def report_latency(encoder: SentenceEncoder, verifier: PairVerifier, quick: bool
     emit("latency_ms", _timed(normalize, texts), "ms", stage="normalize")
     forms = [(normalize(p.a).split(), normalize(p.b).split()) for p in pairs]
     for name, guard in GUARDS.items():
-        emit("latency_ms", _timed(lambda ab, g=guard: g(*ab), forms), "ms", stage=f"guard_{name}")
+        emit("latency_ms", _timed(_applied(guard), forms), "ms", stage=f"guard_{name}")
     feats = [(embedded[p.b].features, embedded[p.a].features) for p in pairs]
     per_candidate = _timed(lambda qc: verifier.score(*qc), feats)
     emit("latency_ms", per_candidate, "ms", stage="verifier_per_candidate", batch=1)
@@ -392,6 +397,10 @@ def report_latency(encoder: SentenceEncoder, verifier: PairVerifier, quick: bool
         stage="decide_one_candidate_verified",
         note="only pairs that reach the verifier",
     )
+
+
+def _applied(guard: Callable[[Any, Any], bool]) -> Callable[[Any], object]:
+    return lambda ab: guard(*ab)
 
 
 def _timed(fn: Callable[[Any], object], items: Iterable[Any]) -> float:

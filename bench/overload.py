@@ -24,8 +24,9 @@ Set-up, all real processes on loopback:
   the gateway neither answered nor refused within the deadline it was given.
 - `mode`: `on` is the gateway as deployed: backend `max_concurrency: 4` (= C, so the queue
   is the gateway's, ordered by class then by the tenants' virtual token counters, shed on
-  arrival by expected wait against the deadline and dropped at the deadline), default
-  `traffic:` settings. `off` is shedding and fairness taken out, emulated (the
+  arrival when the expected wait exceeds half the time to the deadline, dropped early once
+  a waiter's expected wait grows past its deadline, dropped at the deadline as a last
+  resort), default `traffic:` settings. `off` is shedding and fairness taken out, emulated (the
   configuration has no switch for it): `max_concurrency: 4096`, so the gateway dispatches
   every request at once and never queues, and no `x-request-timeout` header (with class
   deadlines of an hour), so it has no deadline to shed against either (with the header it
@@ -43,7 +44,8 @@ measured window, after a warm-up that lets the queues fill:
     p99_ratio_vs_unloaded    latency_p99_ms / the same group's at load 0.5, same mode
     refused_share            answered 503 (shed: `overloaded`; circuit open:
                              `backend_unavailable`) or 429 (quota), of requests sent
-    refusal_latency_p99_ms   how long those refusals took to arrive; for tenants and
+    refusal_latency_p99_ms   how long those refusals took to arrive (from sending the
+                             request to reading the whole answer); for tenants and
                              overall also by `reason` (the error code, with the shed
                              reason for the gateway's `overloaded:...`), with
     refusal_reason_share     the share of the refusals for each reason

@@ -44,6 +44,10 @@ Hit = tuple[str, float]  # (entry_id, similarity)
 
 _MAX_FETCH = 1024  # GPU flat search caps k at 2048; a cache lookup never needs more
 _BULK = 1024  # adds of at least this many vectors may use every OpenMP thread
+# search_now() scans a flat index of up to this many positions (live or dead): about 1 ms
+# on one core here, less than a hop to a worker thread costs when the cores are busy.
+# HNSW (about 0.2 ms at 100k) and GPU searches are always quick.
+_QUICK_FLAT = 16_384
 
 
 @dataclass(frozen=True)
@@ -136,16 +140,41 @@ class NamespaceIndex:
         """The k most similar live ids with similarity >= floor (and `accept`ed), best first."""
         q = _as_matrix(query, self._dim)[:1]
         with self._lock:
-            total = len(self._ids)
-            fetch = min(total, 2 * k + 8, _MAX_FETCH)
-            while k > 0 and fetch > 0:
-                with _omp_threads(1):
-                    scores, positions = self._index.search(q, fetch)
-                hits, exhausted = self._collect(scores[0], positions[0], k, floor, accept)
-                if len(hits) >= k or not exhausted or fetch >= min(total, _MAX_FETCH):
-                    return hits
-                fetch = min(total, fetch * 4, _MAX_FETCH)
-            return []
+            return self._search(q, k, floor, accept)
+
+    def search_now(
+        self,
+        query: Vector,
+        k: int,
+        floor: float = -1.0,
+        accept: Callable[[str], bool] | None = None,
+    ) -> list[Hit] | None:
+        """`search` if it is quick and the index is free now; None otherwise (an add, a
+        rebuild's copy or another search holds it, or a flat scan would be long). For
+        callers on an event loop, which must not wait: they search in a thread instead."""
+        q = _as_matrix(query, self._dim)[:1]
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._kind == "flat" and self._gpu is None and len(self._ids) > _QUICK_FLAT:
+                return None
+            return self._search(q, k, floor, accept)
+        finally:
+            self._lock.release()
+
+    def _search(
+        self, q: Vector, k: int, floor: float, accept: Callable[[str], bool] | None
+    ) -> list[Hit]:
+        total = len(self._ids)
+        fetch = min(total, 2 * k + 8, _MAX_FETCH)
+        while k > 0 and fetch > 0:
+            with _omp_threads(1):
+                scores, positions = self._index.search(q, fetch)
+            hits, exhausted = self._collect(scores[0], positions[0], k, floor, accept)
+            if len(hits) >= k or not exhausted or fetch >= min(total, _MAX_FETCH):
+                return hits
+            fetch = min(total, fetch * 4, _MAX_FETCH)
+        return []
 
     def _collect(
         self,
@@ -313,6 +342,18 @@ class VectorIndex:
     ) -> list[Hit]:
         index = self._namespaces.get(namespace)
         return [] if index is None else index.search(query, k, floor, accept)
+
+    def search_now(
+        self,
+        namespace: str,
+        query: Vector,
+        k: int,
+        floor: float = -1.0,
+        accept: Callable[[str], bool] | None = None,
+    ) -> list[Hit] | None:
+        """NamespaceIndex.search_now: a quick search, or None when it would have to wait."""
+        index = self._namespaces.get(namespace)
+        return [] if index is None else index.search_now(query, k, floor, accept)
 
     def maintain(self) -> int:
         """Rebuild the changed namespaces that need it, and forget empty ones; returns how

@@ -21,11 +21,14 @@ def _words(text: str) -> list[str]:
     return text.split()
 
 
-# One token: a number (thousands separators, decimals, dates and times stay inside it),
-# a word (apostrophes dropped: "I'm" -> "im"), or one symbol that can change meaning.
+# One token: a name with digits after its first letters ("farm2stores", "ipv4", "x86": one
+# token, so the guards compare it whole), a number (thousands separators, decimals, dates
+# and times stay inside it), a word (apostrophes dropped: "I'm" -> "im"), or one symbol
+# that can change meaning.
 # `brk` is prose punctuation, kept only to know where a clause ends.
 _TOKEN = re.compile(
-    r"""(?P<num>\d+(?:[.,:/]\d+)*)
+    r"""(?P<name>[^\W\d_]+\d[^\W_]*)
+      | (?P<num>\d+(?:[.,:/]\d+)*)
       | (?P<word>[^\W\d_]+(?:['\u2019][^\W\d_]+)*)
       | (?P<hyphen>-(?=[^\W\d_]))
       | (?P<quote>["\u201c\u201d\u2018\u2019'`])

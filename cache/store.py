@@ -20,7 +20,7 @@ import heapq
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,9 +34,6 @@ from cache.entry import CacheEntry, Vector
 from cache.index import Hit, IndexConfig, VectorIndex
 
 logger = logging.getLogger(__name__)
-
-# Below this many vectors a flat search costs ~0.1 ms: cheaper than the hop to a thread.
-_INLINE_SEARCH_MAX = 2048
 
 _Loop = Callable[[], Coroutine[Any, Any, None]]
 
@@ -55,6 +52,7 @@ class CacheStore(Protocol):
     async def put(self, entry: CacheEntry) -> None: ...
     async def record_hit(self, entry_id: str) -> None: ...
     async def flush_namespace(self, namespace: str) -> int: ...
+    async def namespaces_of(self, tenants: Collection[str]) -> set[str]: ...
     def stats(self) -> dict[str, int]: ...
 
 
@@ -100,9 +98,13 @@ async def search_index(
     floor: float,
     accept: Callable[[str], bool],
 ) -> list[Hit]:
-    """Search on the event loop when the namespace is small, in a worker thread otherwise."""
-    if index.size(namespace) <= _INLINE_SEARCH_MAX:
-        return index.search(namespace, vector, k, floor, accept)
+    """Search on the event loop when that is quick (a flat index up to ~16k vectors, or
+    HNSW) and the index is free, in a worker thread otherwise. A 10k flat search measured
+    0.8 ms p50 inline against 3.3 ms through a thread on this 2-core machine under load:
+    the hop waits for the scheduler to run the worker."""
+    hits = index.search_now(namespace, vector, k, floor, accept)
+    if hits is not None:
+        return hits
     return await anyio.to_thread.run_sync(index.search, namespace, vector, k, floor, accept)
 
 
@@ -130,9 +132,13 @@ class LocalCacheStore:
     """Entries in memory, snapshotted to `path` (None: memory only).
 
     Persistence is a periodic snapshot, not a log: the sweeper rewrites the whole file
-    (atomically, see cache/codec.py) at most every `snapshot_interval_s` when something
+    (atomically, see cache/codec.py) at most every `snapshot_interval_s` when entries
     changed, and close() writes a last one. A crash loses at most that interval of inserts,
-    which for a cache only costs misses. A corrupt file is logged and ignored.
+    which for a cache only costs misses. Hits alone (their count and time, i.e. the LRU
+    order) are written at most every `hit_snapshot_interval_s`: under steady hits the
+    store would otherwise rewrite the whole file (90 MB for 10k 12-token entries) every
+    few seconds, beside the requests. A crash then loses some LRU order, which only changes
+    what is evicted first. A corrupt file is logged and ignored.
     """
 
     def __init__(
@@ -144,6 +150,7 @@ class LocalCacheStore:
         index_config: IndexConfig | None = None,
         sweep_interval_s: float = 1.0,
         snapshot_interval_s: float = 5.0,
+        hit_snapshot_interval_s: float = 300.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if max_entries_per_namespace < 1:
@@ -153,6 +160,7 @@ class LocalCacheStore:
         self._max = max_entries_per_namespace
         self._sweep_interval_s = sweep_interval_s
         self._snapshot_interval_s = snapshot_interval_s
+        self._hit_snapshot_interval_s = hit_snapshot_interval_s
         self._clock = clock
         self._index = VectorIndex(dim, index_config)
         self._slots: dict[str, _Slot] = {}
@@ -163,7 +171,8 @@ class LocalCacheStore:
         self._index_lock = anyio.Lock()
         self._loops = BackgroundLoops()
         self._evictions = self._expired = 0
-        self._dirty = False
+        self._dirty = False  # entries changed since the last snapshot
+        self._hits_dirty = False  # only hit counts and times changed
         self._snapshot_at = time.monotonic()
 
     async def start(self, task_group: TaskGroup) -> None:
@@ -173,7 +182,7 @@ class LocalCacheStore:
 
     async def close(self) -> None:
         await self._loops.stop()
-        if self._dirty:
+        if self._dirty or self._hits_dirty:
             await self._snapshot()
 
     async def get_by_key(self, namespace: str, key: str) -> CacheEntry | None:
@@ -211,7 +220,7 @@ class LocalCacheStore:
             slot.last_hit = self._clock()
             slot.hits += 1
             self._lru[slot.entry.namespace].move_to_end(entry_id)
-            self._dirty = True
+            self._hits_dirty = True
 
     async def flush_namespace(self, namespace: str) -> int:
         doomed = list(self._lru.get(namespace, ()))
@@ -221,6 +230,10 @@ class LocalCacheStore:
             await anyio.to_thread.run_sync(self._index.drop, namespace)
         self._dirty = self._dirty or bool(doomed)
         return len(doomed)
+
+    async def namespaces_of(self, tenants: Collection[str]) -> set[str]:
+        """Namespaces holding an entry stored for one of `tenants` (to flush them)."""
+        return {s.entry.namespace for s in self._slots.values() if s.entry.tenant in tenants}
 
     def stats(self) -> dict[str, int]:
         return {
@@ -283,8 +296,13 @@ class LocalCacheStore:
         async with self._index_lock:
             await anyio.to_thread.run_sync(self._index_remove, expired)
         await anyio.to_thread.run_sync(self._index.maintain)  # safe beside adds and removes
-        if self._dirty and time.monotonic() - self._snapshot_at >= self._snapshot_interval_s:
+        if self._snapshot_due(time.monotonic() - self._snapshot_at):
             await self._snapshot()
+
+    def _snapshot_due(self, since: float) -> bool:
+        if self._dirty:
+            return since >= self._snapshot_interval_s
+        return self._hits_dirty and since >= self._hit_snapshot_interval_s
 
     def _pop_expired(self, now: float) -> list[_Slot]:
         expired = []
@@ -306,12 +324,14 @@ class LocalCacheStore:
     async def _snapshot(self) -> None:
         if self._path is None:
             return
-        self._dirty, self._snapshot_at = False, time.monotonic()
+        dirty, hits_dirty = self._dirty, self._hits_dirty
+        self._dirty = self._hits_dirty = False
+        self._snapshot_at = time.monotonic()
         slots = list(self._slots.values())
         try:
             await anyio.to_thread.run_sync(_write, self._path, self._dim, slots)
         except OSError as exc:
-            self._dirty = True
+            self._dirty, self._hits_dirty = self._dirty or dirty, self._hits_dirty or hits_dirty
             logger.warning("cannot write cache snapshot %s: %s", self._path, exc)
 
     async def _load(self, path: Path) -> None:

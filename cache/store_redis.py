@@ -27,7 +27,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,6 +209,26 @@ class RedisCacheStore:
             removed = int(await self._run("FLUSH", namespace, self._maxlen))
         await self._apply([_Change("flush", namespace, [])])
         return removed
+
+    async def namespaces_of(self, tenants: Collection[str]) -> set[str]:
+        """Namespaces holding a live entry stored for one of `tenants` (to flush them)."""
+        found: set[str] = set()
+        cursor = 0
+        with _unavailable():
+            while True:
+                scanned: Any = await self._redis.zscan(
+                    f"{self._p}:cache:expiry", cursor, count=_BATCH
+                )
+                cursor, members = scanned
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for member, _ in members:
+                        pipe.hmget(self._entry_key(member.decode()), ["ns", "meta"])
+                    rows = await pipe.execute()
+                for namespace, meta in rows:
+                    if namespace is not None and orjson.loads(meta)["tenant"] in tenants:
+                        found.add(namespace.decode())
+                if cursor == 0:
+                    return found
 
     def stats(self) -> dict[str, int]:
         """This replica's view: entries and namespaces in its index; evictions and expiries

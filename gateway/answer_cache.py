@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,12 @@ class Probe:
     include_usage: bool
     embedded: Embedded | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    # For the request's report event: the hit's tier, "miss", or "bypass" (no-cache); the
+    # hit's similarity or the best one the semantic tier saw; what a hit saved.
+    outcome: str = "miss"
+    similarity: float | None = None
+    saved_prompt_tokens: int = 0
+    saved_completion_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,13 @@ class AnswerCache:
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         return Probe(mode, key, tenant.name, model, kind, include_usage)
 
+    def skipped(self, kind: str, fields: dict[str, Any]) -> str:
+        """Why a request got no probe, for its report event: "bypass" when only the
+        client's Cache-Control kept it out of the cache, else "none" (not cacheable)."""
+        if self._store is None or mode_for(kind, fields, None, self._policy) is Mode.BYPASS:
+            return "none"
+        return "bypass"
+
     def miss_headers(self, probe: Probe | None) -> dict[str, str]:
         if not self.enabled:
             return {}
@@ -107,6 +121,7 @@ class AnswerCache:
 
     async def lookup(self, probe: Probe, streamed: bool, request_id: str) -> Response | None:
         if probe.mode is not Mode.FULL:
+            probe.outcome = "bypass"
             self._metrics.cache_lookup(probe.tenant, probe.model, "bypass", "-")
             return None
         started = time.perf_counter()
@@ -128,8 +143,21 @@ class AnswerCache:
             self._metrics.cache_lookup(probe.tenant, probe.model, "miss", "-")
             return None
         self._metrics.cache_lookup(probe.tenant, probe.model, "hit", found.tier)
+        probe.outcome = found.tier
         self._later(self._record_hit, found.entry.entry_id)
         return self._answer(probe, found, streamed, request_id)
+
+    async def flush(self, tenants: Collection[str]) -> tuple[int, int]:
+        """Drops every namespace holding an entry stored for one of `tenants` (a tenant's
+        own scope, or all members of its cache group); (namespaces, entries) removed.
+        Raises CacheUnavailable."""
+        if self._store is None:
+            return 0, 0
+        namespaces = await self._store.namespaces_of(tenants)
+        removed = 0
+        for namespace in sorted(namespaces):
+            removed += await self._store.flush_namespace(namespace)
+        return len(namespaces), removed
 
     def recorder(self, probe: Probe | None) -> StreamRecorder | None:
         return None if probe is None else StreamRecorder(probe.kind)
@@ -164,16 +192,19 @@ class AnswerCache:
             self._decision.similarity_floor,
         )
         self._metrics.cache_stage("search", time.perf_counter() - searched)
+        probe.similarity = max((score for _, score in near), default=None)
         candidates = [Candidate(e.prompt, e.features, score) for e, score in near]
         decision = decide(probe.key.prompt, embedded, candidates, self._decision, self._verifier)
         if decision.index is None:
             return None
         entry, similarity = near[decision.index]
+        probe.similarity = similarity
         return Found(entry, "semantic", similarity)
 
     def _answer(self, probe: Probe, found: Found, streamed: bool, request_id: str) -> Response:
         answer = orjson.loads(found.entry.response)
         saved = _saved_tokens(answer)
+        probe.saved_prompt_tokens, probe.saved_completion_tokens = _saved_split(answer)
         answer["usage"] = {
             "prompt_tokens": 0,
             "completion_tokens": 0,
@@ -264,6 +295,17 @@ def _storable(body: bytes) -> bool:
         if isinstance(message, dict) and message.get("tool_calls"):
             return False
     return True
+
+
+def _saved_split(answer: dict[str, Any]) -> tuple[int, int]:
+    usage = answer.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (
+        prompt if isinstance(prompt, int) else 0,
+        completion if isinstance(completion, int) else 0,
+    )
 
 
 def _saved_tokens(answer: dict[str, Any]) -> int:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import orjson
 from anyio.abc import TaskGroup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -20,18 +22,25 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.accesslog import AccessLog
+from gateway.admin import AdminApi, admin_routes
 from gateway.assembly import build_cache, build_pools, build_quotas
-from gateway.auth import Authenticator
+from gateway.auth import AdminAuthenticator, Authenticator
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.events import REQUESTS, open_event_log
 from gateway.forward import Pool
 from gateway.health import BackendHealth
-from gateway.keys import configured_keys
+from gateway.keys import admin_key_hashes, configured_keys
 from gateway.metrics import Metrics
+from gateway.openapi import openapi_document
 from gateway.pipeline import Pipeline
+from gateway.reports import build_report
 from gateway.settings import Settings
 from gateway.state import FileStateStore, StateStore, StateStoreError
 from gateway.state_redis import RedisStateStore
+from gateway.tenant_store import TenantDirectory
 from gateway.tenants import Catalog
+
+_log = logging.getLogger("gateway.app")
 
 
 def open_state_store(settings: Settings) -> StateStore:
@@ -51,6 +60,7 @@ class Parts:
     pools: dict[str, Pool]
     health: BackendHealth
     pipeline: Pipeline
+    admin: AdminApi
 
 
 def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> ASGIApp:
@@ -98,6 +108,11 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
 
+    schema = orjson.dumps(openapi_document())
+
+    async def openapi(request: Request) -> Response:
+        return Response(schema, media_type="application/json")
+
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
@@ -106,6 +121,8 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        *admin_routes(lambda: parts().admin),
     ]
     handlers: dict[Any, Any] = {HTTPException: _http_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
@@ -155,7 +172,9 @@ async def _build(
     catalog = Catalog(
         {model: b.name for b in settings.backends for model in b.models}, settings.tenants
     )
-    auth = Authenticator(store, configured_keys(settings.tenants, env))
+    tenants = await _tenant_directory(store, catalog, tasks)
+    config_keys = configured_keys(settings.tenants, env)
+    auth = Authenticator(store, config_keys)
     pipeline = Pipeline(
         auth,
         catalog,
@@ -166,6 +185,7 @@ async def _build(
         metrics,
         access,
         settings.limits.max_body_bytes,
+        events=open_event_log(settings, REQUESTS, stack, tasks),
     )
     probes = {
         name: next(iter(pool.replicas.handles.values())).upstream
@@ -173,7 +193,32 @@ async def _build(
         if pool.manager is None and pool.replicas.handles
     }
     health = BackendHealth(probes, {b.name: b.health_path for b in settings.backends})
-    return Parts(store, pools, health, pipeline)
+    guard = AdminAuthenticator(admin_key_hashes(settings.admin, env), auth)
+    admin = AdminApi(
+        guard,
+        tenants,
+        store,
+        quotas,
+        cache,
+        config_keys,
+        access,
+        lambda kind, query: build_report(kind, settings, query),
+    )
+    return Parts(store, pools, health, pipeline, admin)
+
+
+async def _tenant_directory(
+    store: StateStore, catalog: Catalog, tasks: TaskGroup
+) -> TenantDirectory:
+    """Tenants of the admin API, loaded before serving and then polled."""
+    directory = TenantDirectory(store, catalog)
+    try:
+        await directory.refresh()
+    except StateStoreError as exc:
+        # Serve the configured tenants; the poller loads the rest once the store answers.
+        _log.warning("tenants not loaded from the state store at start: %s", exc)
+    tasks.start_soon(directory.run)
+    return directory
 
 
 async def _readiness(parts: Parts) -> Response:
@@ -201,7 +246,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: GatewayError
     if exc.status_code == 405:
-        error = MethodNotAllowed(f"Method {request.method} is not allowed on {request.url.path}.")
+        error = MethodNotAllowed(
+            f"Method {request.method} is not allowed on {request.url.path}.",
+            headers=dict(exc.headers or {}),  # Allow: the methods that are
+        )
     else:
         error = NotFound(f"Unknown request URL: {request.method} {request.url.path}.")
     return error.to_response("req_" + os.urandom(12).hex())

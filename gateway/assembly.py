@@ -59,9 +59,11 @@ async def _attach_managers(
     tasks: TaskGroup,
 ) -> None:
     from gateway.coldstart import attach_manager, build_timeline
+    from gateway.events import SCALE, open_event_log
     from gateway.staging import build_stager
 
     timeline = build_timeline(settings, metrics, stack, tasks)
+    scale_events = open_event_log(settings, SCALE, stack, tasks)
     stager = None
     if any(b.weights is not None for b in backends):
         stager = build_stager(settings)
@@ -70,7 +72,9 @@ async def _attach_managers(
     for backend in backends:
         pool = _pool(backend, settings.traffic, metrics)
         stack.push_async_callback(pool.replicas.close)
-        await attach_manager(pool, backend, settings, stager, timeline, stack, tasks)
+        await attach_manager(
+            pool, backend, settings, stager, timeline, stack, tasks, scale_events=scale_events
+        )
         pools[backend.name] = pool
 
 

@@ -5,6 +5,9 @@ A key is looked up by its SHA-256, so the secret itself is never compared byte b
 `cache_ttl_s` (under a second), which bounds how long a revoked key keeps working on
 any replica. While the store is unreachable, answers cached in the last `stale_grace_s`
 are still used; keys never seen before get 503, not 401.
+
+Admin keys (`AdminAuthenticator`) are a separate set, looked up the same way: a tenant key
+on an admin route gets 403, an admin key on an OpenAI route 401 (it is no tenant's key).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import hmac
 import time
 from dataclasses import dataclass
 
-from gateway.errors import StateUnavailable, Unauthenticated
+from gateway.errors import GatewayError, StateUnavailable, Unauthenticated
 from gateway.settings import hash_key
 from gateway.state import StateStore, StateStoreError
 
@@ -64,6 +67,35 @@ class Authenticator:
             self._cache.clear()  # bounded: a flood of random keys cannot grow it forever
         self._cache[key_hash] = (now, principal)
         return principal
+
+
+class AdminDisabled(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "admin_disabled"
+
+
+class AdminKeyRequired(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "admin_key_required"
+
+
+class AdminAuthenticator:
+    def __init__(self, admin_hashes: frozenset[str], tenants: Authenticator) -> None:
+        self._hashes = admin_hashes
+        self._tenants = tenants
+
+    async def authenticate(self, authorization: str | None) -> None:
+        if not self._hashes:
+            # Never open: without a configured admin key there is no admin API at all.
+            raise AdminDisabled(
+                "The admin API is disabled: configure admin.keys or set GATEWAY_ADMIN_KEY."
+            )
+        if hash_key(_bearer(authorization)) in self._hashes:
+            return
+        await self._tenants.authenticate(authorization)  # unknown key: 401
+        raise AdminKeyRequired("This is a tenant key; the admin API needs an admin key.")
 
 
 def _bearer(authorization: str | None) -> str:

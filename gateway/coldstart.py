@@ -4,6 +4,7 @@ to the backend's pool, and where cold-start timelines go (the state store, metri
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 import orjson
@@ -12,6 +13,7 @@ from anyio.abc import TaskGroup
 from redis.exceptions import RedisError
 
 from backends.providers.replicas import Replica, ReplicaProvider
+from gateway.events import EventLog, ScaleEvent
 from gateway.forward import Pool
 from gateway.metrics import Metrics
 from gateway.settings import Backend, Settings
@@ -62,6 +64,7 @@ async def attach_manager(
     timeline: ColdStartTimeline,
     stack: contextlib.AsyncExitStack,
     tasks: TaskGroup,
+    scale_events: EventLog | None = None,
 ) -> ColdStartManager:
     provider = _provider(backend, settings)
     scaling = backend.scaling
@@ -93,8 +96,11 @@ async def attach_manager(
     )
     pool.manager = manager
 
+    scale = ScaleRecorder(backend, scale_events)
+
     def ready_changed(ready: list[Replica]) -> None:
         pool.adopt(ready, manager.expected_cold_start_s())
+        scale.ready(len(ready))
 
     def start_failed(exc: ColdStartFailed) -> None:
         pool.scheduler.drop_waiting("cold_start_failed", exc.retry_after_s)
@@ -105,6 +111,27 @@ async def attach_manager(
     await manager.start(tasks)
     stack.push_async_callback(manager.close)
     return manager
+
+
+class ScaleRecorder:
+    """Records when a backend leaves zero ready replicas or reaches it, for the cold-start
+    report's time at zero; it starts at zero (nothing is ready when the gateway starts)."""
+
+    def __init__(self, backend: Backend, events: EventLog | None) -> None:
+        self._backend = backend
+        self._events = events
+        self._at_zero = True
+        self._record(0)
+
+    def ready(self, count: int) -> None:
+        if (count == 0) != self._at_zero:
+            self._at_zero = count == 0
+            self._record(count)
+
+    def _record(self, count: int) -> None:
+        if self._events is not None:
+            b = self._backend
+            self._events.record(ScaleEvent(time.time(), b.name, list(b.models), count))
 
 
 def _provider(backend: Backend, settings: Settings) -> ReplicaProvider:

@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from gateway.auth import Principal
-from gateway.settings import DeclaredKey, Tenant, hash_key
+from gateway.settings import AdminSettings, DeclaredKey, Tenant, hash_key
 from gateway.state import KeyRecord, StateStore
 
 KEY_PREFIX = "sk-gw-"
+ADMIN_KEY_ENV = "GATEWAY_ADMIN_KEY"
 
 
 def new_key() -> str:
@@ -39,14 +40,24 @@ def configured_keys(
     found: dict[str, Principal] = {}
     for tenant in tenants:
         for declared in tenant.keys:
-            key_hash = _declared_hash(declared, tenant.name, environ, announce)
+            key_hash = _declared_hash(declared, f"tenant {tenant.name!r}", environ, announce)
             if key_hash is not None:
                 found[key_hash] = Principal(tenant.name, "cfg_" + key_hash[:12])
     return found
 
 
+def admin_key_hashes(
+    admin: AdminSettings, environ: Mapping[str, str], announce: TextIO = sys.stderr
+) -> frozenset[str]:
+    """Hashes of the admin keys: declared in `admin.keys`, and $GATEWAY_ADMIN_KEY if set."""
+    found = {_declared_hash(d, "the admin API", environ, announce) for d in admin.keys}
+    if environ.get(ADMIN_KEY_ENV):
+        found.add(hash_key(environ[ADMIN_KEY_ENV]))
+    return frozenset(h for h in found if h is not None)
+
+
 def _declared_hash(
-    declared: DeclaredKey, tenant: str, environ: Mapping[str, str], announce: TextIO
+    declared: DeclaredKey, owner: str, environ: Mapping[str, str], announce: TextIO
 ) -> str | None:
     if declared.sha256 is not None:
         return declared.sha256
@@ -59,7 +70,7 @@ def _declared_hash(
     key = new_key()
     # Printed once, on purpose, to the operator's terminal: it is never written to the log.
     print(
-        f"\n  {declared.env} is not set; generated a key for tenant {tenant!r}:\n\n"
+        f"\n  {declared.env} is not set; generated a key for {owner}:\n\n"
         f"    export {declared.env}={key}\n",
         file=announce,
         flush=True,

@@ -37,6 +37,7 @@ from gateway.errors import (
     QuotaExceeded,
     StateUnavailable,
 )
+from gateway.events import EventLog, RequestEvent, refusal_reason
 from gateway.forward import Admitted, Pool, attempt_upstream, take_slot
 from gateway.metrics import Metrics
 from gateway.openai_schema import parse_body
@@ -65,6 +66,15 @@ class Exchange:
     started: float
     tenant: str | None = None
     model: str | None = None
+    # For the report event (OpenAI routes only: `events` is set there)
+    events: EventLog | None = None
+    backend: str | None = None
+    cache: str = "none"
+    probe: Probe | None = None
+    usage: Usage | None = None
+    cold_wait_ms: float | None = None
+    refused: str | None = None
+    at_zero: bool = False
 
     def finish(self, metrics: Metrics, log: AccessLog, status: int, error: str | None) -> None:
         seconds = time.perf_counter() - self.started
@@ -72,6 +82,31 @@ class Exchange:
         metrics.request_done(self.path, self.tenant or "-", self.model or "-", status, seconds)
         log.write(
             self.request_id, self.method, self.path, self.tenant, self.model, status, seconds, error
+        )
+        if self.events is not None:
+            self.events.record(self._event(status, seconds))
+
+    def _event(self, status: int, seconds: float) -> RequestEvent:
+        probe, usage = self.probe, self.usage
+        return RequestEvent(
+            time.time(),
+            self.request_id,
+            self.tenant,
+            self.model,
+            self.backend,
+            status,
+            round(seconds * 1000, 3),
+            probe.outcome if probe is not None else self.cache,
+            probe.key.namespace if probe is not None else None,
+            probe.similarity if probe is not None else None,
+            usage.prompt if usage is not None else 0,
+            usage.completion if usage is not None else 0,
+            probe.saved_prompt_tokens + probe.saved_completion_tokens if probe else 0,
+            probe.saved_prompt_tokens if probe is not None else 0,
+            probe.saved_completion_tokens if probe is not None else 0,
+            self.cold_wait_ms,
+            self.refused,
+            self.at_zero,
         )
 
 
@@ -104,6 +139,7 @@ class Pipeline:
         metrics: Metrics,
         access: AccessLog,
         max_body_bytes: int,
+        events: EventLog | None = None,
     ) -> None:
         self._auth = auth
         self._catalog = catalog
@@ -114,12 +150,15 @@ class Pipeline:
         self._metrics = metrics
         self._access = access
         self._max_body = max_body_bytes
+        self._events = events
 
     async def openai(self, request: Request, kind: str) -> Response:
         exchange = self._begin(request)
+        exchange.events = self._events
         try:
             response = await self._serve(request, kind, exchange)
         except GatewayError as exc:
+            exchange.refused = refusal_reason(exc)
             exchange.finish(self._metrics, self._access, exc.status, exc.code or exc.type)
             return exc.to_response(exchange.request_id)
         except Exception:
@@ -199,18 +238,27 @@ class Pipeline:
     ) -> Response:
         exchange = ticket.exchange
         streamed = fields.get("stream") is True
-        ticket.probe = self._cache.probe(tenant, exchange.model or "", kind, fields, request)
-        if ticket.probe is not None:
+        exchange.backend = backend
+        ticket.probe = exchange.probe = self._cache.probe(
+            tenant, exchange.model or "", kind, fields, request
+        )
+        if ticket.probe is None:
+            exchange.cache = self._cache.skipped(kind, fields)
+        else:
             cached = await self._cache.lookup(ticket.probe, streamed, exchange.request_id)
             if cached is not None:
                 await self._close(ticket, Outcome(200, None), cached=True)
                 return self._with_headers(cached, ticket)
         pool = self._pools[backend]
+        exchange.at_zero = pool.manager is not None and len(pool.replicas) == 0
         cold = _activate(pool)
         timeout_s = self._deadline_s(request, tenant)
+        queued = time.perf_counter()
         ticket.slot = await take_slot(
             pool, self._admitted(request, tenant, ticket, fields, timeout_s)
         )
+        if cold is not None:
+            exchange.cold_wait_ms = round((time.perf_counter() - queued) * 1000, 3)
         ticket.pool = pool
         self._metrics.queue_waited(pool.name, tenant.priority, ticket.slot.waited_s)
         ticket.upstream_started = time.perf_counter()
@@ -285,7 +333,7 @@ class Pipeline:
         if ticket.closed:
             return
         ticket.closed = True
-        usage = self._usage(ticket, outcome, cached)
+        usage = ticket.exchange.usage = self._usage(ticket, outcome, cached)
         if ticket.admission.reservation is not None:
             # A disconnect must not cancel the refund, or the tenant pays for nothing.
             with anyio.CancelScope(shield=True):

@@ -119,6 +119,24 @@ class QuotaEnforcer(Protocol):
 
     async def settle(self, reservation: Reservation, used_tokens: int) -> None: ...
 
+    async def standing(self, tenant: str) -> Standing: ...
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a tenant's counters stand now (read only, for the admin API)."""
+
+    requests_filled_s: float  # how far ahead of now each per-minute bucket's TAT is
+    tokens_filled_s: float
+    in_flight: int
+    day_used: int  # tokens charged this UTC day / month (0 once the period rolled over)
+    month_used: int
+
+
+def rate_view(filled_s: float, limit: int) -> RateView:
+    """A per-minute bucket filled `filled_s` seconds ahead, under `limit`."""
+    return RateView(limit, _remaining(filled_s, MINUTE_S, MINUTE_S / limit, limit), filled_s)
+
 
 # --- pure decisions ---------------------------------------------------------------------
 
@@ -415,6 +433,17 @@ class LocalQuotas:
             state.day_used += delta
         if state.month == reservation.month:
             state.month_used += delta
+
+    async def standing(self, tenant: str) -> Standing:
+        now, cal = self._monotonic(), calendar(self._wall())
+        state = self._tenants.get(tenant) or _TenantState()
+        return Standing(
+            max(0.0, state.requests_tat - now),
+            max(0.0, state.tokens_tat - now),
+            sum(1 for expiry in state.leases.values() if expiry > now),
+            state.day_used if state.day == cal.day else 0,
+            state.month_used if state.month == cal.month else 0,
+        )
 
     def in_flight(self, tenant: str) -> int:
         state = self._tenants.get(tenant)

@@ -58,10 +58,13 @@ from gateway.quotas import (
     QuotaLimits,
     RateView,
     Reservation,
+    Standing,
+    calendar,
     rate_headers,
     refused,
     retry_headers,
 )
+from gateway.state import StateStoreError
 
 _log = logging.getLogger("gateway.quotas")
 
@@ -201,6 +204,16 @@ return 1
 """
 )
 
+# Read only: Redis's clock, both buckets' TATs, live leases, the budget hash.
+_PEEK = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local b = redis.call('HMGET', KEYS[4], 'd', 'du', 'm', 'mu')
+return {tostring(now), redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[2]) or '0',
+  redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf'), b[1] or '-1', b[2] or '0',
+  b[3] or '-1', b[4] or '0'}
+"""
+
 _HEARTBEAT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -253,6 +266,7 @@ class RedisQuotas:
         self._admit = self._redis.register_script(_ADMIT)
         self._settle = self._redis.register_script(_SETTLE)
         self._beat = self._redis.register_script(_HEARTBEAT)
+        self._peek = self._redis.register_script(_PEEK)
         self._replicas_key = f"{{{prefix}}}:replicas"
         self._down_until = 0.0
         self._unsettled: collections.deque[tuple[Reservation, int]] = collections.deque(
@@ -279,6 +293,23 @@ class RedisQuotas:
         ):
             self._unsettled.append((reservation, used_tokens))
             self._on_fallback("settle_deferred")
+
+    async def standing(self, tenant: str) -> Standing:
+        """Raises StateStoreError when Redis does not answer (nothing to fall back on)."""
+        try:
+            raw = await self._peek(tenant_keys(self._prefix, tenant), [])
+        except (RedisError, OSError) as exc:
+            raise StateStoreError(f"redis: {type(exc).__name__}") from exc
+        now_us, rpm_tat, tpm_tat = (float(v) for v in raw[:3])
+        live, day, day_used, month, month_used = (int(v) for v in raw[3:])
+        cal = calendar(now_us / 1e6)
+        return Standing(
+            max(0.0, rpm_tat - now_us) / 1e6,
+            max(0.0, tpm_tat - now_us) / 1e6,
+            live,
+            day_used if day == cal.day else 0,
+            month_used if month == cal.month else 0,
+        )
 
     async def heartbeat(self) -> int:
         """Announce this replica, learn how many are live, and retry deferred settlements."""

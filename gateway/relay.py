@@ -2,6 +2,8 @@
 
 Streams are relayed in complete SSE events, so that if the upstream breaks off, the
 client receives a well-formed `data: {"error": ...}` event rather than half an event.
+An upstream that answers 200 with a body (or an event) that is not JSON gets the same
+treatment as one that breaks off: 502, never its garbage relayed as an answer.
 `Finish` hooks run once when the answer is over, however it ended (done, failed, client
 gone), with the status and the body or stream it carried.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -56,6 +59,9 @@ async def whole(
     if upstream.status >= 500 and upstream.status != 503:
         metrics.upstream_error(backend, "status")
         raise UpstreamError(f"The upstream '{backend}' answered HTTP {upstream.status}.")
+    if upstream.status == 200 and _malformed_json(upstream.headers, content):
+        metrics.upstream_error(backend, "malformed")
+        raise UpstreamError(f"The upstream '{backend}' answered 200 with a body that is not JSON.")
     response = Response(content, upstream.status, relayed_headers(upstream.headers, request_id))
     return response, content
 
@@ -95,6 +101,9 @@ async def _events(
             cut = _event_boundary(pending)
             if cut:
                 ready, pending = pending[:cut], pending[cut:]
+                if _malformed_events(ready):
+                    yield _malformed_end(backend, metrics, ended)
+                    return
                 saw_done = saw_done or _DONE in ready
                 if tap is not None:
                     tap(ready)
@@ -103,6 +112,9 @@ async def _events(
         failure = translate(backend, exc, metrics)
         ended.append(Outcome(failure.status, failure.code))
         yield error_event(failure)
+        return
+    if _malformed_events(pending):  # half an event: the upstream stopped mid-write
+        yield _malformed_end(backend, metrics, ended)
         return
     saw_done = saw_done or _DONE in pending
     if pending:
@@ -144,6 +156,37 @@ def _event_boundary(data: bytes) -> int:
     lf = data.rfind(b"\n\n")
     crlf = data.rfind(b"\r\n\r\n")
     return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+
+
+def _malformed_end(backend: str, metrics: Metrics, ended: list[Outcome]) -> bytes:
+    failure = UpstreamError(f"The upstream '{backend}' sent a stream event that is not JSON.")
+    metrics.upstream_error(backend, "malformed")
+    ended.append(Outcome(502, failure.code))
+    return error_event(failure)
+
+
+def _malformed_json(headers: Mapping[str, str], content: bytes) -> bool:
+    if "json" not in headers.get("content-type", "").lower():
+        return False
+    try:
+        orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return True
+    return False
+
+
+def _malformed_events(events: bytes) -> bool:
+    """Is a `data:` line in these events neither `[DONE]` nor JSON? (OpenAI-style servers
+    write each event's JSON on one `data:` line.)"""
+    for line in events.splitlines():
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+            if payload and payload != b"[DONE]":
+                try:
+                    orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    return True
+    return False
 
 
 def error_event(error: GatewayError) -> bytes:

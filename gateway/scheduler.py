@@ -21,6 +21,11 @@ active, so that time spent idle is not credit to spend later in a burst.
 Strict priority between classes is deliberate: batch waits while interactive work waits,
 and is shed first (its expected wait counts the interactive queue; displacement picks it).
 
+Shedding aims to refuse at once, not after a wait: a newcomer is admitted only when its
+expected wait fits well within its deadline (`ADMIT_WAIT_FRACTION`), and whenever the
+queue moves the newest waiters are checked again, so that one whose expected wait has
+grown past its deadline is dropped then, not when the deadline comes.
+
 `FairQueue` is the pure bookkeeping (no clock, no I/O); `FairScheduler` is the asyncio
 driver: concurrency slots, deadlines, shedding (decisions in `gateway.shedding`), metrics.
 """
@@ -35,7 +40,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 
-from gateway.shedding import ServiceTimeEstimator, expected_wait_s, retry_after_s, should_shed
+from gateway.shedding import (
+    ADMIT_WAIT_FRACTION,
+    ClassLoad,
+    ServiceTimeEstimator,
+    expected_wait_s,
+    retry_after_s,
+    should_shed,
+)
 
 DEFAULT_RANKS: Mapping[str, int] = {"interactive": 0, "batch": 1}
 DEFAULT_OUTPUT_WEIGHT = 2.0
@@ -96,17 +108,18 @@ class FairQueue:
         """Waiters of this class and higher ones."""
         return sum(n for r, n in self._depth.items() if r <= rank)
 
-    def ahead_of(self, tenant: str, weight: float, rank: int) -> int:
+    def ahead_of(self, tenant: str, weight: float, rank: int, position: int | None = None) -> int:
         """Waiters a newcomer of `tenant` would wait for, as the fair queue interleaves:
         every waiter of higher classes; in its own class, its tenant's own backlog and, of
         each other tenant, as many as the weights let through in as many rounds.
+        `position`: for the tenant's waiter at that index instead (0 is its next).
 
         Counting the whole class instead would refuse a light tenant because of a heavy
         one's backlog, and admit the heavy one's newcomers only to drop them later.
         """
         higher = sum(n for r, n in self._depth.items() if r < rank)
         same = self._waiting.get(rank, {})
-        own = len(same.get(tenant, ()))
+        own = len(same.get(tenant, ())) if position is None else position
         others = sum(
             min(len(queue), math.ceil((own + 1) * queue[0].weight / weight))
             for other, queue in same.items()
@@ -128,6 +141,17 @@ class FairQueue:
         tenants = self._waiting[min(self._waiting)]
         best = min(tenants.values(), key=lambda q: (self._counters[q[0].tenant], q[0].seq))
         return best[0]
+
+    def tenants_waiting(self) -> list[tuple[int, str]]:
+        """(class rank, tenant) of every tenant with waiters."""
+        return [(rank, tenant) for rank, tenants in self._waiting.items() for tenant in tenants]
+
+    def newest(self, rank: int, tenant: str) -> tuple[Entry, int] | None:
+        """A tenant's newest waiter in a class, and its index in the tenant's line."""
+        waiting = self._waiting.get(rank, {}).get(tenant)
+        if not waiting:
+            return None
+        return waiting[-1], len(waiting) - 1
 
     def newest_below(self, rank: int) -> Entry | None:
         """The newest waiter of the lowest class below `rank`: the one to displace."""
@@ -178,7 +202,6 @@ class FairQueue:
         self._depth[entry.rank] -= 1
 
 
-_SHARE_ALPHA = 0.05  # about the last 20 dispatches
 _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not forever
 
 
@@ -186,7 +209,8 @@ class Shed(Exception):
     """The request was refused or dropped by the scheduler; answer 503 with Retry-After.
 
     Reasons: "queue_full", "displaced" (a higher class took its place), "deadline_unreachable"
-    (refused on arrival), "deadline_passed" (dropped while queued).
+    (refused on arrival), "deadline_slipped" (dropped while queued, once its expected wait
+    grew past its deadline), "deadline_passed" (dropped while queued, at its deadline).
     """
 
     def __init__(self, reason: str, retry_after_s: float) -> None:
@@ -270,9 +294,12 @@ class FairScheduler:
         output_weight: float = DEFAULT_OUTPUT_WEIGHT,
         initial_service_s: float = 1.0,
         on_wait: WaitHook | None = None,
+        admit_fraction: float = ADMIT_WAIT_FRACTION,
     ) -> None:
         if max_concurrency < 0 or max_queue < 0:
             raise ValueError("max_concurrency and max_queue must be >= 0")
+        if not 0 < admit_fraction <= 1:
+            raise ValueError("admit_fraction must be in (0, 1]")
         self._max = max_concurrency
         self._cold_start_s = 0.0  # expected time until capacity appears while it is 0
         self._max_queue = max_queue
@@ -280,14 +307,13 @@ class FairScheduler:
         self._ranks = dict(ranks)
         self._output_weight = output_weight
         self._on_wait = on_wait
+        self._admit_fraction = admit_fraction
         self._queue = FairQueue()
         self._waiters: dict[Entry, _Waiter] = {}
         self._service = ServiceTimeEstimator(initial_service_s)
         self._in_flight = 0
         self._dispatched = dict.fromkeys(self._ranks, 0)
-        # Recent share of dispatches per class rank (EWMA): a lower class only gets what
-        # the higher ones leave, so its expected wait stretches by 1 / (1 - their share).
-        self._rank_share: dict[int, float] = dict.fromkeys(self._ranks.values(), 0.0)
+        self._load = ClassLoad()
         self._shed: dict[tuple[str, str], int] = {}
 
     @property
@@ -364,10 +390,10 @@ class FairScheduler:
     def _admit(self, entry: Entry, now: float) -> None:
         """Refuses on arrival (raises Shed), or makes room in a full queue."""
         ahead = self._queue.ahead_of(entry.tenant, entry.weight, entry.rank)
-        higher = sum(share for rank, share in self._rank_share.items() if rank < entry.rank)
-        # Higher classes arriving while it waits go first: it gets only what they leave.
-        wait = self._expected_wait(ahead) / max(_MIN_LEFTOVER, 1.0 - higher)
-        if should_shed(now, entry.deadline, wait):
+        wait = self._wait(ahead, entry.rank, now)
+        # Held for a cold start, the wait is mostly the start's, not a queue at its limit.
+        fraction = self._admit_fraction if self._max else 1.0
+        if should_shed(now, entry.deadline, wait, fraction):
             raise self._count(entry, Shed("deadline_unreachable", retry_after_s(wait)))
         if self._in_flight < self._max or len(self._queue) < self._max_queue:
             return
@@ -376,6 +402,12 @@ class FairScheduler:
             drain = self._wait_for(max(self._ranks.values()))
             raise self._count(entry, Shed("queue_full", retry_after_s(drain)))
         self._drop(victim, "displaced")
+
+    def _wait(self, ahead: int, rank: int, now: float) -> float:
+        """Expected wait behind `ahead` waiters: higher classes arriving meanwhile go first,
+        so a lower class gets only what they leave."""
+        higher = self._load.above(rank, now, self._service.mean_s, self._max)
+        return self._expected_wait(ahead) / max(_MIN_LEFTOVER, 1.0 - higher)
 
     def _wait_for(self, rank: int) -> float:
         return self._expected_wait(self._queue.ahead(rank))
@@ -396,15 +428,33 @@ class FairScheduler:
                 self._drop(entry, "deadline_passed")
             else:
                 self._grant(entry, now)
+        self._recheck(now)
+
+    def _recheck(self, now: float) -> None:
+        """Drops, from the back of each tenant's line, the waiters whose expected wait has
+        grown past their deadline (a burst of higher-class work, slower service): told now,
+        not at the deadline. Only the newest are at risk; the check stops at one that fits.
+        """
+        if self._max == 0:
+            return  # held for a cold start, whose estimate does not shrink as it proceeds
+        for rank, tenant in self._queue.tenants_waiting():
+            while (newest := self._queue.newest(rank, tenant)) is not None:
+                entry, position = newest
+                if entry not in self._waiters:
+                    break  # cannot happen (queue and waiters move together); never spin
+                ahead = self._queue.ahead_of(tenant, entry.weight, rank, position)
+                if not should_shed(now, entry.deadline, self._wait(ahead, rank, now)):
+                    break
+                self._drop(
+                    entry, "deadline_passed" if entry.deadline <= now else "deadline_slipped"
+                )
 
     def _grant(self, entry: Entry, now: float) -> None:
         waiter = self._forget(entry, withdraw=False)
         self._queue.dispatch(entry)
         self._in_flight += 1
         self._dispatched[entry.priority] = self._dispatched.get(entry.priority, 0) + 1
-        for rank in self._rank_share:
-            hit = 1.0 if rank == entry.rank else 0.0
-            self._rank_share[rank] += _SHARE_ALPHA * (hit - self._rank_share[rank])
+        self._load.record(now, entry.rank)
         waiter.future.set_result(Slot(self, entry, now))
         if self._on_wait is not None:
             self._on_wait(entry.priority, now - entry.enqueued_at)

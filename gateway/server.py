@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 from types import FrameType
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.accesslog import configure_logging
 from gateway.app import create_app
@@ -20,7 +22,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=HeadersDeadlineProtocol,
         lifespan="on",
         access_log=False,  # the gateway writes its own access line, without secrets
         proxy_headers=False,  # client addresses are not used; skip the per-request rewrite
@@ -35,6 +37,48 @@ def serve(settings: Settings, host: str, port: int) -> int:
     signal.signal(signal.SIGTERM, _exit_after_drain)
     server.run()
     return 0 if server.started else 1
+
+
+# How long a client may take to send a request's headers (nginx allows 60 s, Apache 20 to
+# 40 s). uvicorn has no such limit: a client dribbling its headers a byte at a time
+# (slowloris) would hold a connection and a descriptor for as long as it liked.
+HEADERS_TIMEOUT_S = 10.0
+
+
+class HeadersDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing connections whose headers do not arrive in
+    time (idle connections between requests are uvicorn's keep-alive timeout's)."""
+
+    _headers_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._headers_timer = self.loop.call_later(HEADERS_TIMEOUT_S, self._headers_too_slow)
+
+    def _disarm(self) -> None:
+        if self._headers_timer is not None:
+            self._headers_timer.cancel()
+            self._headers_timer = None
+
+    def _headers_too_slow(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 def _exit_after_drain(signum: int, frame: FrameType | None) -> None:

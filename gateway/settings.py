@@ -171,14 +171,18 @@ class Backend(_Strict):
         return self
 
 
+# Limits travel through Lua as doubles: beyond 2^53 they would lose precision.
+_MAX_LIMIT = 2**53
+
+
 class Quotas(_Strict):
     """Per-tenant limits, shared by all replicas through the state store (None: unlimited)."""
 
-    requests_per_minute: int | None = Field(default=None, ge=1)
-    tokens_per_minute: int | None = Field(default=None, ge=1)
-    max_concurrent: int | None = Field(default=None, ge=1)
-    tokens_per_day: int | None = Field(default=None, ge=1)
-    tokens_per_month: int | None = Field(default=None, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    max_concurrent: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    tokens_per_day: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    tokens_per_month: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
 
 
 class DeclaredKey(_Strict):
@@ -199,7 +203,9 @@ class DeclaredKey(_Strict):
         return self
 
 
-class Tenant(_Strict):
+class TenantProfile(_Strict):
+    """A tenant without its keys: what the admin API creates and updates."""
+
     name: Name
     weight: float = Field(default=1.0, gt=0)
     priority: Literal["interactive", "batch"] = "interactive"
@@ -208,9 +214,18 @@ class Tenant(_Strict):
     priority_header: bool = False
     models: list[str] = Field(default_factory=lambda: ["*"])
     quotas: Quotas = Quotas()
-    keys: list[DeclaredKey] = Field(default_factory=list)
     # Tenants naming the same group share cache entries; otherwise a tenant's entries are its own.
     cache_group: Name | None = None
+
+
+class Tenant(TenantProfile):
+    keys: list[DeclaredKey] = Field(default_factory=list)
+
+
+class AdminSettings(_Strict):
+    """Keys of the admin API (`/admin/...`); none (and no $GATEWAY_ADMIN_KEY): it is off."""
+
+    keys: list[DeclaredKey] = Field(default_factory=list)
 
 
 class CacheSettings(_Strict):
@@ -250,6 +265,13 @@ class TrafficSettings(_Strict):
     breaker_open_s: float = Field(default=5.0, gt=0)
 
 
+class Price(_Strict):
+    """What a model's tokens cost, in USD per million (for the cache report's savings)."""
+
+    input_per_1m_tokens: float = Field(default=0.0, ge=0)
+    output_per_1m_tokens: float = Field(default=0.0, ge=0)
+
+
 class Limits(_Strict):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
 
@@ -263,6 +285,8 @@ class Settings(_Strict):
     staging: StagingSettings = StagingSettings()
     backends: list[Backend] = Field(min_length=1)
     tenants: list[Tenant] = Field(default_factory=list)
+    admin: AdminSettings = AdminSettings()
+    pricing: dict[str, Price] = Field(default_factory=dict)  # by model name
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @model_validator(mode="after")

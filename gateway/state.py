@@ -1,4 +1,6 @@
-"""The state store: what gateway replicas share. Here, API keys (stored hashed).
+"""The state store: what gateway replicas share. API keys (stored hashed), and tenants
+created or changed through the admin API (JSON documents by tenant name; `{"deleted": true}`
+hides a tenant of the configuration).
 
 `FileStateStore` is the embedded default: state in memory, persisted to one JSON file
 (written atomically) and re-read when another process (the CLI) changed it.
@@ -15,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -44,45 +46,69 @@ class StateStore(Protocol):
     async def put_key(self, key_hash: str, record: KeyRecord) -> None: ...
     async def list_keys(self) -> list[KeyRecord]: ...
     async def revoke_key(self, key_id: str) -> bool: ...
+    async def tenants_version(self) -> str: ...
+    async def list_tenants(self) -> dict[str, dict[str, Any]]: ...
+    async def put_tenant(self, name: str, doc: dict[str, Any]) -> None: ...
+    async def drop_tenant(self, name: str) -> bool: ...
     async def ping(self) -> None: ...
     async def close(self) -> None: ...
 
 
+@dataclass
+class _Contents:
+    keys: dict[str, KeyRecord]
+    tenants: dict[str, dict[str, Any]]
+
+
 class FileStateStore:
-    """Keys in a dict, persisted to `path`; other processes' changes show within `recheck_s`."""
+    """State in dicts, persisted to `path`; other processes' changes show within `recheck_s`."""
 
     def __init__(self, path: Path, recheck_s: float = 0.25) -> None:
         self._path = path
         self._recheck_s = recheck_s
-        self._keys: dict[str, KeyRecord] = {}
-        self._mtime_ns = -1
+        self._state = _Contents({}, {})
+        # (inode, mtime, size): each write is a new file, so a change within one mtime tick shows.
+        self._stamp: tuple[int, int, int] | None = None
         self._checked_at = 0.0
         path.parent.mkdir(parents=True, exist_ok=True)
         self._reload()
 
     async def get_key(self, key_hash: str) -> KeyRecord | None:
-        now = time.monotonic()
-        if now - self._checked_at >= self._recheck_s:
-            self._checked_at = now
-            self._reload()
-        return self._keys.get(key_hash)
+        self._recheck()
+        return self._state.keys.get(key_hash)
 
     async def put_key(self, key_hash: str, record: KeyRecord) -> None:
-        await asyncio.to_thread(self._update, lambda keys: keys.__setitem__(key_hash, record))
+        await asyncio.to_thread(self._update, lambda s: s.keys.__setitem__(key_hash, record))
 
     async def list_keys(self) -> list[KeyRecord]:
         self._reload()
-        return sorted(self._keys.values(), key=lambda r: r.created_at)
+        return sorted(self._state.keys.values(), key=lambda r: r.created_at)
 
     async def revoke_key(self, key_id: str) -> bool:
-        def drop(keys: dict[str, KeyRecord]) -> None:
-            for key_hash, record in list(keys.items()):
+        def drop(state: _Contents) -> None:
+            for key_hash, record in list(state.keys.items()):
                 if record.key_id == key_id:
-                    del keys[key_hash]
+                    del state.keys[key_hash]
 
-        before = len(self._keys)
+        before = len(self._state.keys)
         await asyncio.to_thread(self._update, drop)
-        return len(self._keys) < before
+        return len(self._state.keys) < before
+
+    async def tenants_version(self) -> str:
+        self._recheck()
+        return str(self._stamp)
+
+    async def list_tenants(self) -> dict[str, dict[str, Any]]:
+        self._recheck()
+        return dict(self._state.tenants)
+
+    async def put_tenant(self, name: str, doc: dict[str, Any]) -> None:
+        await asyncio.to_thread(self._update, lambda s: s.tenants.__setitem__(name, doc))
+
+    async def drop_tenant(self, name: str) -> bool:
+        dropped: list[object] = []
+        await asyncio.to_thread(self._update, lambda s: dropped.append(s.tenants.pop(name, None)))
+        return dropped[0] is not None
 
     async def ping(self) -> None:
         if not self._path.parent.is_dir():
@@ -91,33 +117,42 @@ class FileStateStore:
     async def close(self) -> None:
         return None
 
+    def _recheck(self) -> None:
+        now = time.monotonic()
+        if now - self._checked_at >= self._recheck_s:
+            self._checked_at = now
+            self._reload()
+
     def _reload(self) -> None:
         try:
-            mtime_ns = self._path.stat().st_mtime_ns
+            info = self._path.stat()
         except FileNotFoundError:
-            self._keys, self._mtime_ns = {}, -1
+            self._state, self._stamp = _Contents({}, {}), None
             return
-        if mtime_ns != self._mtime_ns:
-            self._keys, self._mtime_ns = self._read(), mtime_ns
+        stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+        if stamp != self._stamp:
+            self._state, self._stamp = self._read(), stamp
 
-    def _read(self) -> dict[str, KeyRecord]:
+    def _read(self) -> _Contents:
         try:
             data = orjson.loads(self._path.read_bytes())
         except (OSError, orjson.JSONDecodeError) as exc:
             raise StateStoreError(f"cannot read state file {self._path}: {exc}") from exc
-        return {h: KeyRecord.from_json(orjson.dumps(r)) for h, r in data.get("keys", {}).items()}
+        keys = {h: KeyRecord.from_json(orjson.dumps(r)) for h, r in data.get("keys", {}).items()}
+        return _Contents(keys, dict(data.get("tenants", {})))
 
-    def _update(self, change: Callable[[dict[str, KeyRecord]], None]) -> None:
+    def _update(self, change: Callable[[_Contents], object]) -> None:
         with self._locked():
-            self._mtime_ns = -1
+            self._stamp = None
             self._reload()
-            change(self._keys)
+            change(self._state)
             self._write()
-            self._mtime_ns = -1
+            self._stamp = None
             self._reload()
 
     def _write(self) -> None:
-        body = {"keys": {h: asdict(r) for h, r in self._keys.items()}}
+        keys = {h: asdict(r) for h, r in self._state.keys.items()}
+        body = {"keys": keys, "tenants": self._state.tenants}
         tmp = self._path.with_suffix(f".tmp.{os.getpid()}")
         tmp.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
         os.chmod(tmp, 0o600)

@@ -1,11 +1,16 @@
 """Redis state store: keys shared by every gateway replica.
 
 Layout (all under one hash tag so a Redis Cluster keeps a deployment's keys on one slot):
-`{prefix}:keys` is a hash from key hash to its JSON record.
+`{prefix}:keys` is a hash from key hash to its JSON record; `{prefix}:tenants` a hash from
+tenant name to its JSON document (admin API), and `{prefix}:tenants:version` a counter
+bumped with every change, so replicas poll one small key instead of the whole hash.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
@@ -18,6 +23,8 @@ class RedisStateStore:
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
         self._keys = f"{{{prefix}}}:keys"
+        self._tenants = f"{{{prefix}}}:tenants"
+        self._version = f"{{{prefix}}}:tenants:version"
 
     async def get_key(self, key_hash: str) -> KeyRecord | None:
         try:
@@ -47,6 +54,39 @@ class RedisStateStore:
         except RedisError as exc:
             raise StateStoreError(f"redis: {type(exc).__name__}") from exc
 
+    async def tenants_version(self) -> str:
+        try:
+            version = await self._redis.get(self._version)
+        except RedisError as exc:
+            raise StateStoreError(f"redis: {type(exc).__name__}") from exc
+        return "0" if version is None else str(int(version))
+
+    async def list_tenants(self) -> dict[str, dict[str, Any]]:
+        try:
+            rows = await self._redis.hgetall(self._tenants)
+        except RedisError as exc:
+            raise StateStoreError(f"redis: {type(exc).__name__}") from exc
+        return {_text(name): orjson.loads(doc) for name, doc in rows.items()}
+
+    async def put_tenant(self, name: str, doc: dict[str, Any]) -> None:
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._tenants, name, orjson.dumps(doc))
+                pipe.incr(self._version)
+                await pipe.execute()
+        except RedisError as exc:
+            raise StateStoreError(f"redis: {type(exc).__name__}") from exc
+
+    async def drop_tenant(self, name: str) -> bool:
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hdel(self._tenants, name)
+                pipe.incr(self._version)
+                removed, _ = await pipe.execute()
+        except RedisError as exc:
+            raise StateStoreError(f"redis: {type(exc).__name__}") from exc
+        return bool(removed)
+
     async def ping(self) -> None:
         try:
             await self._redis.ping()
@@ -55,3 +95,7 @@ class RedisStateStore:
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

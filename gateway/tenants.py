@@ -1,12 +1,21 @@
-"""Which backend serves a model, and which models a tenant may use."""
+"""Which backend serves a model, and which models a tenant may use.
+
+Tenants come from the configuration, overlaid by those the admin API stored (see
+gateway/tenant_store.py): an overlay replaces the configured tenant of the same name
+(keeping its configured keys), or hides it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Literal
 
 from gateway.errors import ModelNotAllowed, ModelNotFound, Unauthenticated
-from gateway.settings import Tenant
+from gateway.settings import Tenant, TenantProfile
+
+Source = Literal["config", "admin"]
 
 
 @dataclass(frozen=True)
@@ -18,8 +27,37 @@ class ModelRoute:
 class Catalog:
     def __init__(self, routes: dict[str, str], tenants: list[Tenant]) -> None:
         self._routes = routes
-        self._tenants = {t.name: t for t in tenants}
+        self._configured = {t.name: t for t in tenants}
+        self._tenants = dict(self._configured)
+        self._overlaid: frozenset[str] = frozenset()
         self._allowed: dict[tuple[str, str], bool] = {}
+
+    def apply(self, overlay: Mapping[str, TenantProfile | None]) -> None:
+        """Replaces the previous overlay; None hides a configured tenant."""
+        tenants = dict(self._configured)
+        for name, profile in overlay.items():
+            if profile is None:
+                tenants.pop(name, None)
+                continue
+            configured = self._configured.get(name)
+            keys = list(configured.keys) if configured is not None else []
+            tenants[name] = Tenant(**profile.model_dump(), keys=keys)
+        # Swapped whole, between two awaits: a request sees the old set or the new one.
+        self._tenants = tenants
+        self._overlaid = frozenset(n for n, p in overlay.items() if p is not None)
+        self._allowed = {}
+
+    def configured(self, name: str) -> bool:
+        return name in self._configured
+
+    def find(self, name: str) -> Tenant | None:
+        return self._tenants.get(name)
+
+    def listing(self) -> list[tuple[Tenant, Source]]:
+        return [
+            (tenant, "admin" if name in self._overlaid else "config")
+            for name, tenant in sorted(self._tenants.items())
+        ]
 
     def route(self, tenant: str, model: str) -> ModelRoute:
         backend = self._routes.get(model)
@@ -42,6 +80,6 @@ class Catalog:
     def tenant(self, name: str) -> Tenant:
         tenant = self._tenants.get(name)
         if tenant is None:
-            # A key whose tenant was removed from the configuration.
+            # A key whose tenant was removed from the configuration or deleted.
             raise Unauthenticated("Incorrect API key provided.")
         return tenant

@@ -80,6 +80,13 @@ MISSES = [
     # another entity, an added constraint
     ("How do I center a div in CSS?", "How do I center a div in Tailwind?"),
     ("Write a poem about rain", "Write a short poem about rain"),
+    # whose question it is, a choice, a question word against a yes/no question (the kinds
+    # of false hits the QQP pairs showed)
+    ("What do you think of my YouTube channel?", "What do you think of this YouTube channel?"),
+    ("What should we do after the first date?", "What do you do after the first date?"),
+    ("Is light the absence of darkness?", "Is darkness the absence of light, or is it light?"),
+    ("When did the Vikings discover North America?", "Did the Vikings discover North America?"),
+    ("Where can I buy a Lumia 640 in India?", "Where can I buy a Lumia 640 in India online?"),
 ]
 
 

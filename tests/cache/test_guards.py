@@ -32,6 +32,10 @@ FIRES = [
     ("order", "Format dates as DD/MM/YYYY", "Format dates as MM/DD/YYYY"),
     ("roles", "Did Alice call Bob before the trial?", "Did Bob call Alice before the trial?"),
     ("entities", "Reverse a string in Ruby", "Reverse a string in Perl"),
+    ("person", "What do you think of my YouTube channel?", "What do you think of this channel?"),
+    ("person", "What should we do after the first date?", "What do you do after the first date?"),
+    ("person", "Should I learn Python?", "Learn Python?"),
+    ("alternatives", "Is light the absence of darkness?", "Is light or darkness the absence?"),
 ]
 QUIET = [
     ("numbers", "Explain it in three sentences", "Explain it in 3 sentences"),
@@ -50,6 +54,10 @@ QUIET = [
     ("order", "Compare tea and coffee", "Compare coffee and tea briefly"),
     ("roles", "How do I rename a file?", "how can i rename the file"),
     ("entities", "Sort a list in golang", "Sort a list in Go"),
+    ("person", "How do I reset my password?", "how can i reset my password"),
+    ("person", "Translate 'merci' into German", "How would you translate 'merci' to German?"),
+    ("person", "What do you recommend for back pain?", "What helps with back pain?"),
+    ("alternatives", "Is Pluto a planet or a moon?", "Is Pluto a moon or a planet?"),
 ]
 
 
@@ -76,6 +84,10 @@ def test_guard_stays_quiet(name: str, a: str, b: str) -> None:
         ("Boil an egg", "Boil a duck egg", 1),
         ("Open the file for reading", "Open the file for writing", 2),
         ("Photos of cats from 2019", "Photos of cats from x2019", 1),
+        # against a yes/no question, an added question word asks something else
+        ("When did the Vikings reach Iceland?", "Did the Vikings reach Iceland?", 1),
+        # a name with digits is compared whole, never as another form of a word
+        ("We run farms2stores.com in India", "We run farm2stores.com in India", 2),
     ],
 )
 def test_unexplained_words(a: str, b: str, count: int) -> None:

@@ -17,6 +17,7 @@ SAME = [
     ("how to deep-copy a dict", "How to deep copy a dict?"),
     ("Write a bio, I'm a chef in Oslo", "write a bio im a chef in oslo"),
     ("Kindly summarise: “the meeting moved to Monday”", "summarise: 'the meeting moved to Monday'"),
+    ("Subnetting in IPv4?", "subnetting in ipv4"),
 ]
 DIFFERENT = [
     ("Solve for x: 2x - 5 = 11", "Solve for x: 2x + 5 = 11"),
@@ -34,6 +35,7 @@ DIFFERENT = [
     ("Hello in Japanese", "Hi in Japanese"),
     ("Version 1.2 release notes", "Version 12 release notes"),
     ("config:\n  debug: true", "config:\ndebug: true"),
+    ("Sell on farm2stores", "Sell on farms2stores"),
 ]
 
 
@@ -51,6 +53,14 @@ def test_is_pure() -> None:
     for a, b in SAME + DIFFERENT:
         assert normalize(a) == normalize(a)
         assert normalize(b) == normalize(b)
+
+
+def test_a_name_with_digits_is_one_token() -> None:
+    assert (
+        normalize("Migrate farm2stores.com to IPv6 on x86")
+        == "migrate farm2stores com to ipv6 on x86"
+    )
+    assert normalize("2x - 5 and 10km") == "2 x - 5 and 10 km"  # numbers first stay split
 
 
 def test_empty_and_politeness_only() -> None:

@@ -283,6 +283,35 @@ async def test_local_store_snapshots_periodically(tmp_path: Path) -> None:
             assert reader.stats()["entries"] == 1
 
 
+async def test_local_store_writes_hits_alone_rarely_and_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "cache.bin"
+    store = LocalCacheStore(
+        path, DIM, sweep_interval_s=0.01, snapshot_interval_s=0.01, hit_snapshot_interval_s=3600
+    )
+
+    def version() -> tuple[int, int]:
+        stat = path.stat()  # the snapshot is replaced, not rewritten in place
+        return stat.st_ino, stat.st_mtime_ns
+
+    hit, other = entry(1, at=time.time() - 2), entry(2, at=time.time() - 1)
+    async with running(store):
+        await store.put(hit)
+        await store.put(other)
+        await eventually(lambda: _true(path.exists()))
+        await store.sweep()  # whatever the puts left dirty is written now
+        written = version()
+        await store.record_hit(hit.entry_id)  # hit is now more recent than other
+        for _ in range(5):  # sweeps that would have rewritten the file for the hit
+            await store.sweep()
+        assert version() == written
+    assert version() != written  # close() kept the hit
+    reader = LocalCacheStore(path, DIM, max_entries_per_namespace=2)
+    async with running(reader):
+        await reader.put(entry(3))  # evicts the least recently used one
+        assert same(await reader.get_by_key("ns", hit.exact_key), hit)
+        assert await reader.get_by_key("ns", other.exact_key) is None
+
+
 # Redis store: replication between replicas --------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import fake_backend, hash_of
@@ -102,6 +102,16 @@ def send(client: httpx.Client, request: Request) -> httpx.Response:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(st.lists(requests, min_size=2, max_size=8))
+# Always run once with a variant asked in the same namespace (and the cache group) after
+# the original is stored, so that the tiers above exact are exercised whatever is drawn.
+@example(
+    [("a", "echo", "Be brief.", None, PROMPTS[0])] * 3
+    + [("a", "echo", "Be brief.", None, PROMPTS[1])] * 2
+)
+@example(
+    [("c", "echo", "Be brief.", None, PROMPTS[0])] * 3
+    + [("d", "echo", "Be brief.", None, PROMPTS[1])] * 2
+)
 def test_a_cached_answer_never_crosses_a_namespace(
     gateway: Gateway, sequence: list[Request]
 ) -> None:

@@ -4,13 +4,15 @@ It answers by echoing the last user message, so tests can check content end to e
 misbehaves on purpose for some model names:
 
     echo            normal answers (chat, completions, embeddings), streamed word by word
-    slow            waits `x_delay` seconds (body field) before answering
+    slow, slow-*    waits `x_delay` seconds (body field) before answering
     error-500       answers HTTP 500
     busy-429        answers HTTP 429 with Retry-After: 7
     always-503      answers HTTP 503 (no Retry-After): a backend that is down
     die-midstream   streams two chunks, then breaks the connection
     hang-midstream  streams two chunks, then waits until the client goes away
     no-done         streams the answer but ends without `data: [DONE]`
+    malformed-json  answers 200 with a cut JSON body; streamed, one event is not JSON
+    broken-sse      streams one chunk, then half an event, and ends (no blank line, no [DONE])
 
 `GET /_last` returns the headers of the last request; `GET /_stats` counts streams that
 the client abandoned (to check that the gateway cancels upstream requests); `GET /_crash`
@@ -45,6 +47,8 @@ MODELS = [
     "die-midstream",
     "hang-midstream",
     "no-done",
+    "malformed-json",
+    "broken-sse",
 ]
 
 
@@ -85,7 +89,7 @@ class FakeUpstream:
 
     async def _post(self, path: str, body: dict[str, Any], receive: Any, send: Any) -> None:
         model = body.get("model", "")
-        if model == "slow":
+        if model == "slow" or model.startswith("slow-"):  # `slow-*`: for other backends
             await asyncio.sleep(float(body.get("x_delay", 1.0)))
         if model == "error-500":
             await send_json(
@@ -99,6 +103,8 @@ class FakeUpstream:
             await send_json(send, 429, error, [(b"retry-after", b"7")])
         elif path == "/v1/embeddings":
             await send_json(send, 200, _embeddings(body))
+        elif model == "malformed-json" and not body.get("stream"):
+            await _send_raw(send, b"application/json", b'{"id": "fake-1", "choices": [{"mess')
         elif body.get("stream"):
             await self._stream(path, body, receive, send)
         else:
@@ -119,6 +125,12 @@ class FakeUpstream:
                 if index == 2 and model == "hang-midstream":
                     await _until_disconnect(receive)
                     self.stats["abandoned_streams"] += 1
+                    return
+                if index == 1 and model == "malformed-json":
+                    event = b'data: {"id": "fake-1", "choices": [{"delta": \n\n'
+                if index == 1 and model == "broken-sse":
+                    half = b'data: {"id": "fake-1", "cho'
+                    await send({"type": "http.response.body", "body": half, "more_body": False})
                     return
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             done = b"" if model == "no-done" else b"data: [DONE]\n\n"
@@ -225,6 +237,12 @@ def _encode(vector: list[float], body: dict[str, Any]) -> Any:
 
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
     return vector
+
+
+async def _send_raw(send: Any, content_type: bytes, body: bytes) -> None:
+    headers = [(b"content-type", content_type)]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _until_disconnect(receive: Any) -> None:

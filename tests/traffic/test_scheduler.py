@@ -19,7 +19,14 @@ from gateway.scheduler import (
     lifted_counter,
     token_cost,
 )
-from gateway.shedding import ServiceTimeEstimator, expected_wait_s, retry_after_s, should_shed
+from gateway.shedding import (
+    ADMIT_WAIT_FRACTION,
+    ClassLoad,
+    ServiceTimeEstimator,
+    expected_wait_s,
+    retry_after_s,
+    should_shed,
+)
 
 
 class FakeClock:
@@ -86,17 +93,19 @@ def test_expected_wait(
 
 
 @pytest.mark.parametrize(
-    ("now", "deadline", "wait", "shed"),
+    ("now", "deadline", "wait", "fraction", "shed"),
     [
-        (10.0, 20.0, 5.0, False),
-        (10.0, 20.0, 10.0, False),  # exactly on time still makes it
-        (10.0, 20.0, 10.5, True),
-        (10.0, 10.0, 0.0, True),  # no time left at all
-        (10.0, 9.0, 0.0, True),
+        (10.0, 20.0, 5.0, 1.0, False),
+        (10.0, 20.0, 10.0, 1.0, False),  # exactly on time still makes it
+        (10.0, 20.0, 10.5, 1.0, True),
+        (10.0, 10.0, 0.0, 1.0, True),  # no time left at all
+        (10.0, 9.0, 0.0, 1.0, True),
+        (10.0, 20.0, 5.0, 0.5, False),  # half the time left: the admission margin
+        (10.0, 20.0, 5.5, 0.5, True),
     ],
 )
-def test_should_shed(now: float, deadline: float, wait: float, shed: bool) -> None:
-    assert should_shed(now, deadline, wait) is shed
+def test_should_shed(now: float, deadline: float, wait: float, fraction: float, shed: bool) -> None:
+    assert should_shed(now, deadline, wait, fraction) is shed
 
 
 @pytest.mark.parametrize(("wait", "expected"), [(0.0, 1.0), (3.5, 3.5), (500.0, 60.0)])
@@ -113,6 +122,22 @@ def test_service_time_estimator_trusts_the_first_sample_then_smooths() -> None:
     estimator.observe(float("nan"))
     estimator.observe(-1.0)
     assert (estimator.mean_s, estimator.samples) == (3.0, 2)
+
+
+def test_class_load_is_the_capacity_higher_classes_kept_busy_lately() -> None:
+    load = ClassLoad(window_s=2.0)
+    assert load.above(1, 0.0, 0.1, 4) == 0.0
+    for i in range(20):  # interactive: 10/s for 2 s of 0.1 s each on 4 slots = 1/4
+        load.record(i * 0.1, 0)
+        load.record(i * 0.1, 1)
+    assert load.above(1, 1.95, 0.1, 4) == pytest.approx(0.25)
+    assert load.above(0, 1.95, 0.1, 4) == 0.0  # nothing ranks before the top class
+    assert load.above(1, 1.95, 0.1, 0) == 0.0  # no capacity (cold): no stretch to compute
+    assert load.above(1, 1.95, 1.0, 1) == 1.0  # never more than all of it
+    assert load.above(1, 3.85, 0.1, 4) == pytest.approx(0.0125)  # the older left the window
+    assert load.above(1, 10.0, 0.1, 4) == 0.0
+    with pytest.raises(ValueError, match="window_s"):
+        ClassLoad(window_s=0.0)
 
 
 def entry(tenant: str, rank: int = 1, charge: float = 100.0, weight: float = 1.0) -> Entry:
@@ -303,7 +328,7 @@ async def test_a_tenant_back_from_idle_starts_at_the_lowest_active_counter() -> 
 
 async def test_shed_at_once_when_the_deadline_is_out_of_reach() -> None:
     clock = FakeClock()
-    scheduler = FairScheduler(1, 10, clock, initial_service_s=2.0)
+    scheduler = FairScheduler(1, 10, clock, initial_service_s=2.0, admit_fraction=1.0)
     h = Harness(scheduler)
     await h.submit("busy")
     with pytest.raises(Shed) as shed:
@@ -318,7 +343,7 @@ async def test_shed_at_once_when_the_deadline_is_out_of_reach() -> None:
 
 async def test_lower_classes_are_shed_first() -> None:
     clock = FakeClock()
-    scheduler = FairScheduler(1, 10, clock, initial_service_s=1.0)
+    scheduler = FairScheduler(1, 10, clock, initial_service_s=1.0, admit_fraction=1.0)
     h = Harness(scheduler)
     await h.submit("busy")
     await h.submit("i0", priority="interactive")
@@ -330,6 +355,89 @@ async def test_lower_classes_are_shed_first() -> None:
     await h.submit("i1", priority="interactive", deadline=deadline)
     assert len(h.pending) == 4
     await h.drain()
+
+
+async def test_admitted_only_with_a_margin_for_the_estimate_to_err() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(1, 10, clock, initial_service_s=1.0)
+    h = Harness(scheduler)
+    await h.submit("busy")
+    # Expected wait 1 s: it would make a 1.5 s deadline, but a queue under overload sits
+    # at its admission limit, where any error in the estimate would cost a late drop.
+    tight = clock.now + 0.9 / ADMIT_WAIT_FRACTION
+    with pytest.raises(Shed, match="deadline_unreachable"):
+        await scheduler.acquire("t", 1.0, "batch", 10, 10, tight)
+    await h.submit("ok", deadline=clock.now + 1.1 / ADMIT_WAIT_FRACTION)
+    assert [p[0] for p in h.pending] == ["ok"]
+    await h.drain()
+
+
+async def test_a_waiter_that_can_no_longer_make_it_is_dropped_at_once() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(1, 100, clock, initial_service_s=1.0)
+    h = Harness(scheduler)
+    await h.submit("busy")
+    doomed = await h.submit("b", deadline=clock.now + 9.5)  # a 1 s wait: admitted
+    for i in range(8):
+        await h.submit(f"i{i}", tenant="inter", priority="interactive")
+    assert not doomed.done()  # interactive arrivals go first: a 9 s wait, still in time
+    await h.submit("i8", tenant="inter", priority="interactive")
+    # A 10 s wait with 9.5 s left: dropped now, not at its deadline (the fake clock has
+    # not moved; the deadline timer would only fire 9.5 real seconds from now).
+    with pytest.raises(Shed) as shed:
+        await doomed
+    assert shed.value.reason == "deadline_slipped"
+    assert scheduler.snapshot().shed == {("batch", "deadline_slipped"): 1}
+    assert scheduler.snapshot().depth == {"interactive": 9, "batch": 0}
+    await h.drain()
+
+
+async def test_slower_service_drops_only_the_waiters_at_the_back_that_cannot_make_it() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(1, 100, clock, initial_service_s=1.0)
+    h = Harness(scheduler)
+    await h.submit("busy")
+    tasks = [await h.submit(f"t{i}", tenant="t", deadline=clock.now + 20) for i in range(6)]
+    assert not any(task.done() for task in tasks)  # 6 s for the last one, of 20
+    clock.now += 3.0
+    slot, _ = h.running.pop(0)
+    slot.release(100, 0, service_s=3.0)  # the first sample: 3 s a request from now on
+    await h.settle()
+    # t0 is dispatched; with 17 s left, t_k waits 3 s per request ahead of it, plus its
+    # own turn: t1..t5 need 3, 6, 9, 12, 15 s... then it slows again.
+    assert h.order == ["busy", "t0"]
+    assert not any(task.done() for task in tasks[1:])
+    clock.now += 4.0
+    slot, _ = h.running.pop(0)
+    slot.release(100, 0, service_s=7.0)  # mean 3 + 0.2 x (7 - 3) = 3.8 s
+    await h.settle()
+    # t1 dispatched; 13 s left: t2 3.8 s, t3 7.6, t4 11.4 in time; t5 15.2 s is not.
+    assert h.order == ["busy", "t0", "t1"]
+    with pytest.raises(Shed, match="deadline_slipped"):
+        await tasks[5]
+    assert not any(task.done() for task in tasks[2:5])
+    await h.drain()
+    assert h.order == ["busy", "t0", "t1", "t2", "t3", "t4"]
+
+
+async def test_requests_held_for_a_cold_start_are_not_dropped_before_their_deadline() -> None:
+    clock = FakeClock()
+    scheduler = FairScheduler(0, 10, clock)
+    scheduler.set_capacity(0, cold_start_s=30.0)
+    # Admitted without the margin a queue's estimate needs: 30 s of start, 40 s left.
+    held = asyncio.ensure_future(scheduler.acquire("a", 1.0, "batch", 10, 10, clock.now + 40))
+    await asyncio.sleep(0)
+    assert not held.done()
+    clock.now += 25.0  # the start is late: 15 s left, against an estimate of 30
+    other = asyncio.ensure_future(scheduler.acquire("b", 1.0, "batch", 10, 10, clock.now + 500))
+    await asyncio.sleep(0)  # its arrival moves the queue, which checks the waiters again
+    assert not held.done()  # the estimate is the whole start, not what is left of it
+    scheduler.set_capacity(1)
+    await asyncio.sleep(0)
+    held.result().release(10, 10)
+    await asyncio.sleep(0)
+    other.result().release(10, 10)
+    assert scheduler.snapshot().shed == {}
 
 
 async def test_dropped_when_its_deadline_passes_in_the_queue() -> None:
@@ -466,6 +574,8 @@ async def test_bad_arguments_are_refused() -> None:
         await scheduler.acquire("t", 1.0, "urgent", 1, 1, FAR)
     with pytest.raises(ValueError, match="max_concurrency"):
         FairScheduler(-1, 10)
+    with pytest.raises(ValueError, match="admit_fraction"):
+        FairScheduler(1, 10, admit_fraction=0.0)
 
 
 def test_newcomer_waits_for_its_fair_share_not_a_heavy_tenants_backlog() -> None:

@@ -1,0 +1,399 @@
+"""The admin API (`/admin/...`): tenants, their keys, usage, cache and reports, for operators.
+
+Every route needs an admin key (gateway/auth.py: tenant keys get 403, no or unknown key
+401; with no admin key configured the API answers 404). Bodies are JSON, validated by the
+models of gateway/admin_models.py; errors use OpenAI's shape. Tenants written here live in
+the state store and reach every replica's live traffic within about a second
+(gateway/tenant_store.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from cache.store import CacheUnavailable
+from gateway.accesslog import AccessLog
+from gateway.admin_models import (
+    DURATION,
+    ISO_TIME,
+    BudgetUsage,
+    CacheFlushed,
+    KeyCreated,
+    KeyDeleted,
+    KeyInfo,
+    KeyList,
+    RateUsage,
+    Report,
+    TenantCreate,
+    TenantDeleted,
+    TenantInfo,
+    TenantList,
+    TenantPatch,
+    TenantUsage,
+)
+from gateway.answer_cache import AnswerCache
+from gateway.auth import AdminAuthenticator, Principal
+from gateway.errors import (
+    BadRequest,
+    BodyTooLarge,
+    GatewayError,
+    InternalError,
+    StateUnavailable,
+)
+from gateway.keys import create_key
+from gateway.quotas import QuotaEnforcer, calendar, rate_view
+from gateway.reports import (
+    QueryError,
+    ReportKind,
+    ReportQuery,
+    ReportUnavailable,
+    parse_time,
+)
+from gateway.settings import Tenant, TenantProfile
+from gateway.state import StateStore, StateStoreError
+from gateway.tenant_store import TenantDirectory
+from gateway.tenants import Source
+
+_log = logging.getLogger("gateway.admin")
+MAX_BODY_BYTES = 64 * 1024
+_Model = TypeVar("_Model", bound=BaseModel)
+Answer = tuple[int, BaseModel]
+_SPAN = (re.compile(DURATION),)
+_MOMENT = (*_SPAN, re.compile(ISO_TIME))
+ReportSource = Callable[[ReportKind, ReportQuery], Awaitable[dict[str, Any]]]
+
+
+class TenantNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "tenant_not_found"
+
+
+class KeyNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "key_not_found"
+
+
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+@dataclass
+class AdminApi:
+    guard: AdminAuthenticator
+    directory: TenantDirectory
+    store: StateStore
+    quotas: QuotaEnforcer
+    cache: AnswerCache
+    config_keys: dict[str, Principal]  # key hash -> principal, declared in config
+    access: AccessLog
+    reports: ReportSource  # gateway.reports.build_report, with the settings bound
+
+    async def handle(
+        self, request: Request, action: Callable[[Request], Awaitable[Answer]]
+    ) -> Response:
+        request_id = "req_" + secrets.token_hex(12)
+        started = time.perf_counter()
+        try:
+            await self.guard.authenticate(request.headers.get("authorization"))
+            status, body = await action(request)
+        except Exception as exc:
+            error = _as_error(exc, request_id)
+            self._log(request, request_id, started, error.status, error.code or error.type)
+            return error.to_response(request_id)
+        self._log(request, request_id, started, status, None)
+        headers = {"x-request-id": request_id}
+        return Response(body.model_dump_json(), status, headers, media_type="application/json")
+
+    def _log(
+        self, request: Request, request_id: str, started: float, status: int, error: str | None
+    ) -> None:
+        seconds = time.perf_counter() - started
+        self.access.write(
+            request_id, request.method, request.url.path, None, None, status, seconds, error
+        )
+
+    # --- tenants ---------------------------------------------------------------------
+
+    async def list_tenants(self, request: Request) -> Answer:
+        await self.directory.refresh()
+        data = [self._info(t, source) for t, source in self.directory.catalog.listing()]
+        return 200, TenantList(data=data)
+
+    async def create_tenant(self, request: Request) -> Answer:
+        profile = await _parse(request, TenantCreate)
+        await self.directory.refresh()
+        if self.directory.catalog.find(profile.name) is not None:
+            raise Conflict(
+                f"A tenant named '{profile.name}' exists already.",
+                param="name",
+                code="tenant_exists",
+            )
+        await self.directory.save(TenantProfile(**profile.model_dump()))
+        return 201, self._info_of(profile.name)
+
+    async def get_tenant(self, request: Request) -> Answer:
+        name = await self._tenant_name(request)
+        return 200, self._info_of(name)
+
+    async def update_tenant(self, request: Request) -> Answer:
+        patch = await _parse(request, TenantPatch)
+        name = await self._tenant_name(request)
+        current = self.directory.catalog.tenant(name).model_dump(exclude={"keys"})
+        given = patch.model_dump(exclude_unset=True, exclude={"quotas"})
+        # null keeps a field as it is, except cache_group, where it leaves the group.
+        changes = {k: v for k, v in given.items() if v is not None or k == "cache_group"}
+        if patch.quotas is not None:
+            changes["quotas"] = {**current["quotas"], **patch.quotas.model_dump(exclude_unset=True)}
+        try:
+            updated = TenantProfile.model_validate({**current, **changes})
+        except ValidationError as exc:
+            raise _bad_request(exc) from exc
+        await self.directory.save(updated)
+        return 200, self._info_of(name)
+
+    async def delete_tenant(self, request: Request) -> Answer:
+        name = await self._tenant_name(request)
+        revoked = 0
+        for record in await self.store.list_keys():
+            if record.tenant == name and await self.store.revoke_key(record.key_id):
+                revoked += 1
+        await self.directory.remove(name)
+        return 200, TenantDeleted(name=name, keys_revoked=revoked)
+
+    # --- keys ------------------------------------------------------------------------
+
+    async def create_key(self, request: Request) -> Answer:
+        name = await self._tenant_name(request)
+        key, record = await create_key(self.store, name)
+        return 201, KeyCreated(id=record.key_id, tenant=name, created_at=record.created_at, key=key)
+
+    async def list_keys(self, request: Request) -> Answer:
+        name = await self._tenant_name(request)
+        declared = [
+            KeyInfo(id=p.key_id, tenant=name, created_at=None, source="config")
+            for p in self.config_keys.values()
+            if p.tenant == name
+        ]
+        stored = [
+            KeyInfo(id=r.key_id, tenant=name, created_at=r.created_at, source="stored")
+            for r in await self.store.list_keys()
+            if r.tenant == name
+        ]
+        return 200, KeyList(data=declared + stored)
+
+    async def revoke_key(self, request: Request) -> Answer:
+        key_id = str(request.path_params["key_id"])
+        if any(p.key_id == key_id for p in self.config_keys.values()):
+            raise Conflict(
+                f"The key '{key_id}' is declared in the configuration; remove it there.",
+                code="key_in_config",
+            )
+        if not await self.store.revoke_key(key_id):
+            raise KeyNotFound(f"No key with id '{key_id}'.")
+        return 200, KeyDeleted(id=key_id)
+
+    # --- usage and cache -------------------------------------------------------------
+
+    async def usage(self, request: Request) -> Answer:
+        tenant = self.directory.catalog.tenant(await self._tenant_name(request))
+        standing = await self.quotas.standing(tenant.name)
+        q, cal = tenant.quotas, calendar(time.time())
+
+        def rate(filled_s: float, limit: int | None) -> RateUsage | None:
+            if limit is None:
+                return None
+            view = rate_view(filled_s, limit)
+            return RateUsage(limit=limit, remaining=view.remaining, reset_s=round(filled_s, 3))
+
+        def budget(used: int, limit: int | None, left_s: float) -> BudgetUsage:
+            remaining = None if limit is None else max(0, limit - used)
+            return BudgetUsage(
+                used=used, limit=limit, remaining=remaining, reset_s=round(left_s, 3)
+            )
+
+        return 200, TenantUsage(
+            tenant=tenant.name,
+            in_flight=standing.in_flight,
+            max_concurrent=q.max_concurrent,
+            requests_per_minute=rate(standing.requests_filled_s, q.requests_per_minute),
+            tokens_per_minute=rate(standing.tokens_filled_s, q.tokens_per_minute),
+            tokens_today=budget(standing.day_used, q.tokens_per_day, cal.day_left_s),
+            tokens_this_month=budget(standing.month_used, q.tokens_per_month, cal.month_left_s),
+        )
+
+    async def flush_cache(self, request: Request) -> Answer:
+        tenant = self.directory.catalog.tenant(await self._tenant_name(request))
+        group = tenant.cache_group
+        members = [tenant.name]
+        if group is not None:
+            listing = self.directory.catalog.listing()
+            members = sorted({tenant.name, *(t.name for t, _ in listing if t.cache_group == group)})
+        namespaces, removed = await self.cache.flush(members)
+        scope = f"group:{group}" if group is not None else f"tenant:{tenant.name}"
+        return 200, CacheFlushed(
+            tenant=tenant.name, scope=scope, tenants=members, namespaces=namespaces, removed=removed
+        )
+
+    # --- reports -----------------------------------------------------------------------
+
+    async def cache_report(self, request: Request) -> Answer:
+        return 200, await self._report(request, "cache")
+
+    async def cold_start_report(self, request: Request) -> Answer:
+        return 200, await self._report(request, "cold_start")
+
+    async def _report(self, request: Request, kind: ReportKind) -> Report:
+        p = request.query_params
+        for name, forms in (("since", _MOMENT), ("until", _MOMENT), ("bucket", _SPAN)):
+            value = p.get(name)
+            if value is not None and not any(form.fullmatch(value) for form in forms):
+                raise BadRequest(
+                    f"Invalid '{name}': use a duration such as 15m or 7d"
+                    + (", or an ISO 8601 time." if forms is _MOMENT else "."),
+                    param=name,
+                )
+        try:
+            query = _report_query(
+                p.get("since"), p.get("until"), p.get("tenant"), p.get("model"), p.get("bucket")
+            )
+        except (QueryError, ValueError, OverflowError) as exc:
+            raise BadRequest(f"Invalid report range: {exc}.") from exc
+        try:
+            return Report(await self.reports(kind, query))
+        except ReportUnavailable as exc:
+            raise StateUnavailable(
+                "The report's events cannot be read now; try again shortly.", retry_after=1
+            ) from exc
+
+    # --- helpers ---------------------------------------------------------------------
+
+    async def _tenant_name(self, request: Request) -> str:
+        """The path's tenant, after reloading the tenants (other replicas may have changed them)."""
+        name = str(request.path_params["name"])
+        await self.directory.refresh()
+        if self.directory.catalog.find(name) is None:
+            raise TenantNotFound(f"No tenant named '{name}'.")
+        return name
+
+    def _info_of(self, name: str) -> TenantInfo:
+        for tenant, source in self.directory.catalog.listing():
+            if tenant.name == name:
+                return self._info(tenant, source)
+        raise TenantNotFound(f"No tenant named '{name}'.")
+
+    def _info(self, tenant: Tenant, source: Source) -> TenantInfo:
+        fields: dict[str, Any] = tenant.model_dump(exclude={"keys"})
+        updated = self.directory.updated_at(tenant.name) if source == "admin" else None
+        return TenantInfo(**fields, source=source, updated_at=updated)
+
+
+# (path, method, handler)
+ROUTES: list[tuple[str, str, Callable[[AdminApi, Request], Awaitable[Answer]]]] = [
+    ("/admin/tenants", "GET", AdminApi.list_tenants),
+    ("/admin/tenants", "POST", AdminApi.create_tenant),
+    ("/admin/tenants/{name}", "GET", AdminApi.get_tenant),
+    ("/admin/tenants/{name}", "PATCH", AdminApi.update_tenant),
+    ("/admin/tenants/{name}", "DELETE", AdminApi.delete_tenant),
+    ("/admin/tenants/{name}/keys", "POST", AdminApi.create_key),
+    ("/admin/tenants/{name}/keys", "GET", AdminApi.list_keys),
+    ("/admin/keys/{key_id}", "DELETE", AdminApi.revoke_key),
+    ("/admin/tenants/{name}/usage", "GET", AdminApi.usage),
+    ("/admin/tenants/{name}/cache/flush", "POST", AdminApi.flush_cache),
+    ("/admin/reports/cache", "GET", AdminApi.cache_report),
+    ("/admin/reports/cold-start", "GET", AdminApi.cold_start_report),
+]
+
+
+def admin_routes(api: Callable[[], AdminApi]) -> list[Route]:
+    """Starlette routes; `api` gives the AdminApi the lifespan built."""
+    by_path: dict[str, dict[str, Callable[[AdminApi, Request], Awaitable[Answer]]]] = {}
+    for path, method, handler in ROUTES:
+        by_path.setdefault(path, {})[method] = handler
+
+    def endpoint(
+        handlers: dict[str, Callable[[AdminApi, Request], Awaitable[Answer]]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def serve(request: Request) -> Response:
+            admin = api()
+            handler = handlers[request.method]
+            return await admin.handle(request, lambda r: handler(admin, r))
+
+        return serve
+
+    return [Route(path, endpoint(h), methods=list(h)) for path, h in by_path.items()]
+
+
+def _report_query(
+    since: str | None, until: str | None, tenant: str | None, model: str | None, bucket: str | None
+) -> ReportQuery:
+    """The range asked for; with `until` alone, the hour before it (not the last hour)."""
+    if since is None and until is not None:
+        end = parse_time(until, datetime.now(UTC))
+        return ReportQuery.parse("1h", None, tenant, model, bucket, now=end)
+    return ReportQuery.parse(since, until, tenant, model, bucket)
+
+
+def _as_error(exc: Exception, request_id: str) -> GatewayError:
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, StateStoreError):
+        return StateUnavailable("The state store is unreachable; try again shortly.", retry_after=1)
+    if isinstance(exc, CacheUnavailable):
+        return StateUnavailable("The cache store is unreachable; try again shortly.", retry_after=1)
+    # A bug: answer in OpenAI's shape, keep the traceback for the operator.
+    _log.error("unexpected error in admin request %s", request_id, exc_info=exc)
+    return InternalError("The gateway failed unexpectedly; the error was logged.")
+
+
+async def _parse(request: Request, model: type[_Model]) -> _Model:
+    raw = b""
+    async for part in request.stream():
+        raw += part
+        if len(raw) > MAX_BODY_BYTES:
+            raise BodyTooLarge(f"The request body exceeds {MAX_BODY_BYTES} bytes.")
+    try:
+        data = orjson.loads(raw or b"null")
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"We could not parse the JSON body of your request: {exc}") from exc
+    try:
+        # Strict: a JSON string is not a number or a boolean, as the schema says; but 2.0
+        # is an integer in JSON Schema, so integral numbers are taken as integers.
+        return model.model_validate(_integral(data), strict=True)
+    except ValidationError as exc:
+        raise _bad_request(exc) from exc
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _integral(item) for key, item in value.items()}
+    return value
+
+
+def _bad_request(exc: ValidationError) -> BadRequest:
+    error = exc.errors(include_url=False)[0]
+    param = ".".join(str(part) for part in error["loc"]) or None
+    if error["type"] == "missing":
+        return BadRequest(f"Missing required parameter: '{param}'.", param=param)
+    where = f" for '{param}'" if param else ""
+    return BadRequest(f"Invalid value{where}: {error['msg']}.", param=param)

@@ -1,0 +1,140 @@
+"""Bodies of the admin API: what it accepts (validated) and answers (and /openapi.json
+describes, from these same models)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints
+
+from gateway.settings import Name, Priority, Quotas, TenantProfile
+
+# Created through the API, a tenant's name must fit in one URL path segment.
+TenantName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
+
+
+# The report query's forms (gateway/reports/query.py), as /openapi.json states them: a
+# duration back from now (under 1000 units), or an ISO 8601 time (days to 28, years
+# 2000-2099: every match is a date the parser takes, after the events' epoch).
+DURATION = r"^[1-9][0-9]{0,2}(\.[0-9]{1,3})?[smhdw]$"
+ISO_TIME = (
+    r"^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9])?$"
+)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TenantCreate(TenantProfile):
+    """A new tenant: the fields of `tenants[]` in the configuration, minus `keys`."""
+
+    name: TenantName
+
+
+class TenantPatch(BaseModel):
+    """Fields to change; those left out or null keep their value, except `cache_group: null`,
+    which leaves the group. `quotas` merges field by field (a null limit is unlimited)."""
+
+    model_config = ConfigDict(extra="forbid")
+    weight: float | None = Field(default=None, gt=0)
+    priority: Priority | None = None
+    priority_header: bool | None = None
+    models: list[str] | None = None
+    quotas: Quotas | None = None
+    cache_group: Name | None = None
+
+
+class TenantInfo(TenantProfile):
+    object: Literal["tenant"] = "tenant"
+    source: Literal["config", "admin"]  # admin: created or changed through this API
+    updated_at: float | None = None  # unix seconds of the last admin change
+
+
+class TenantList(_Out):
+    object: Literal["list"] = "list"
+    data: list[TenantInfo]
+
+
+class TenantDeleted(_Out):
+    object: Literal["tenant"] = "tenant"
+    name: str
+    deleted: Literal[True] = True
+    keys_revoked: int
+
+
+class KeyInfo(_Out):
+    object: Literal["api_key"] = "api_key"
+    id: str
+    tenant: str
+    created_at: float | None  # None: declared in the configuration
+    # config: declared in the YAML file; stored: made by the API or the CLI (state store)
+    source: Literal["config", "stored"]
+
+
+class KeyCreated(_Out):
+    object: Literal["api_key"] = "api_key"
+    id: str
+    tenant: str
+    created_at: float
+    key: str  # shown once; only its SHA-256 is stored
+
+
+class KeyList(_Out):
+    object: Literal["list"] = "list"
+    data: list[KeyInfo]
+
+
+class KeyDeleted(_Out):
+    object: Literal["api_key"] = "api_key"
+    id: str
+    deleted: Literal[True] = True
+
+
+class RateUsage(_Out):
+    limit: int
+    remaining: int
+    reset_s: float  # until the bucket is empty again
+
+
+class BudgetUsage(_Out):
+    used: int
+    limit: int | None
+    remaining: int | None
+    reset_s: float  # until the UTC day / month ends
+
+
+class TenantUsage(_Out):
+    object: Literal["tenant.usage"] = "tenant.usage"
+    tenant: str
+    in_flight: int
+    max_concurrent: int | None
+    requests_per_minute: RateUsage | None
+    tokens_per_minute: RateUsage | None
+    tokens_today: BudgetUsage
+    tokens_this_month: BudgetUsage
+
+
+class CacheFlushed(_Out):
+    object: Literal["cache.flush"] = "cache.flush"
+    tenant: str
+    scope: str  # tenant:NAME, or group:NAME when the tenant shares a cache group
+    tenants: list[str]  # whose entries were dropped
+    namespaces: int
+    removed: int  # entries
+
+
+class Report(RootModel[dict[str, Any]]):
+    """A report as `gateway report --format json` prints it (gateway/reports)."""
+
+
+class ErrorDetail(_Out):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(_Out):
+    error: ErrorDetail

@@ -1,0 +1,209 @@
+"""Request and scale events for the operator reports (`gateway report`, `/admin/reports`).
+
+    pipeline ─ record() ─► buffer ─(every `flush_s`, or `max_batch` events)─► sink
+                                      JSON lines next to the state file  (`state.url: memory`)
+                                      a capped Redis stream per kind     (a `redis://` state)
+
+`record` only appends to a list: the request path never waits on the sink. The writer
+task serializes a whole batch and hands it to the sink at once (one file append in a
+thread, or one pipelined round trip of XADDs). A failing sink loses report lines, never
+requests: the batch is dropped and counted, and the next one is tried afresh.
+
+What is recorded never includes prompt text or keys: the cache namespace is already an
+opaque hash, tenants and models are names from the operator's config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+import anyio.to_thread
+import orjson
+import redis.asyncio as redis
+from anyio.abc import TaskGroup
+
+from gateway.errors import GatewayError
+from gateway.settings import Settings
+
+_log = logging.getLogger("gateway.events")
+
+REQUESTS = "requests"  # one RequestEvent per finished request on the OpenAI routes
+SCALE = "scale"  # one ScaleEvent when a scale-to-zero backend leaves or reaches zero
+FIELD = "e"  # the stream entry's one field: the event as JSON
+STREAM_MAXLEN = {REQUESTS: 1_000_000, SCALE: 100_000}
+
+
+@dataclass(slots=True)
+class RequestEvent:
+    """One finished request. `cache` is the hit tier (`exact`, `normalized`, `semantic`),
+    `miss`, `bypass` (the client said no-store or no-cache), or `none` (not cacheable)."""
+
+    ts: float  # wall clock, when the answer was done
+    request_id: str
+    tenant: str | None
+    model: str | None
+    backend: str | None
+    status: int
+    latency_ms: float
+    cache: str
+    namespace: str | None = None
+    similarity: float | None = None  # of the hit, or the best near miss (semantic tier)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    saved_tokens: int = 0
+    saved_prompt_tokens: int = 0
+    saved_completion_tokens: int = 0
+    cold_wait_ms: float | None = None  # waited for a cold start this long before dispatch
+    refused: str | None = None  # why it was shed or refused (quota, overload, cold start)
+    at_zero: bool = False  # its backend had no ready replica when it arrived
+
+
+@dataclass(slots=True)
+class ScaleEvent:
+    """A scale-to-zero backend's ready replicas went from zero to some, or to zero."""
+
+    ts: float
+    backend: str
+    models: list[str]
+    ready: int
+
+
+def refusal_reason(exc: GatewayError) -> str | None:
+    """Why a request was shed or refused (429/503): the scheduler's reason when it shed
+    it (`queue_full`, `deadline`, ...), else the error's code (quota, cold start failed)."""
+    if exc.status not in (429, 503):
+        return None
+    reason = getattr(exc.__cause__, "reason", None)
+    return reason if isinstance(reason, str) else exc.code or exc.type
+
+
+class EventSink(Protocol):
+    async def append(self, lines: Sequence[bytes]) -> None:
+        """Keeps a batch of JSON-encoded events; raises on failure."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class JsonLinesEvents:
+    """One JSON line per event, appended by a worker thread (file I/O off the loop)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def append(self, lines: Sequence[bytes]) -> None:
+        await anyio.to_thread.run_sync(self._write, b"".join(line + b"\n" for line in lines))
+
+    def _write(self, data: bytes) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("ab") as out:
+            out.write(data)
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisStreamEvents:
+    """A capped Redis stream; stream ids carry the time, so reports read a range by id."""
+
+    def __init__(self, url: str, key: str, maxlen: int) -> None:
+        self._redis = redis.Redis.from_url(url, socket_timeout=2.0)
+        self.key = key
+        self._maxlen = maxlen
+
+    async def append(self, lines: Sequence[bytes]) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for line in lines:
+                pipe.xadd(self.key, {FIELD: line}, maxlen=self._maxlen, approximate=True)
+            await pipe.execute()
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+
+def stream_key(prefix: str, kind: str) -> str:
+    return f"{{{prefix}}}:{kind}"
+
+
+def jsonl_path(settings: Settings, kind: str) -> Path:
+    return Path(settings.state.path).parent / f"{kind}.jsonl"
+
+
+def open_sink(settings: Settings, kind: str) -> EventSink:
+    if settings.state.url == "memory":
+        return JsonLinesEvents(jsonl_path(settings, kind))
+    key = stream_key(settings.state.prefix, kind)
+    return RedisStreamEvents(settings.state.url, key, STREAM_MAXLEN.get(kind, 100_000))
+
+
+class EventLog:
+    """Buffers events and writes them in batches from a task of the lifespan."""
+
+    def __init__(
+        self,
+        sink: EventSink,
+        *,
+        flush_s: float = 0.5,
+        max_batch: int = 512,
+        max_buffer: int = 100_000,
+    ) -> None:
+        self._sink = sink
+        self._flush_s = flush_s
+        self._max_batch = max_batch
+        self._max_buffer = max_buffer
+        self._buffer: list[object] = []
+        self._wake = anyio.Event()
+        self.written = 0
+        self.dropped = 0
+
+    def record(self, event: object) -> None:
+        """Cheap and synchronous: the request path calls it as the answer is done."""
+        if len(self._buffer) >= self._max_buffer:
+            self.dropped += 1  # the sink is stuck: shed report lines, not memory
+            return
+        self._buffer.append(event)
+        if len(self._buffer) >= self._max_batch:
+            self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            with anyio.move_on_after(self._flush_s):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            # A batch taken from the buffer is written even if shutdown cancels us meanwhile.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.flush()
+
+    async def flush(self) -> None:
+        if not self._buffer:
+            return
+        batch, self._buffer = self._buffer, []
+        try:
+            await self._sink.append([orjson.dumps(event) for event in batch])
+        except Exception as exc:  # whatever it is, the writer task must live on
+            self.dropped += len(batch)
+            _log.warning("report events lost (%d): %s: %s", len(batch), type(exc).__name__, exc)
+        else:
+            self.written += len(batch)
+
+    async def close(self) -> None:
+        """Writes what is left (the lifespan's task group is gone by now), then closes."""
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            with anyio.move_on_after(5):
+                await self.flush()
+            await self._sink.close()
+
+
+def open_event_log(
+    settings: Settings, kind: str, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+) -> EventLog:
+    events = EventLog(open_sink(settings, kind))
+    stack.push_async_callback(events.close)
+    tasks.start_soon(events.run)
+    return events

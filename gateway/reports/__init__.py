@@ -1,0 +1,50 @@
+"""Operator reports: cache hit rate and cold starts, as tables, JSON and HTML.
+
+    build_report(kind, settings, query)   the report as a JSON-ready dict (the CLI, the admin
+                                          API and the HTML page all start from it)
+
+The data comes from where the gateway writes it (`gateway.events`, the cold-start
+timelines): JSON lines next to the state file, or capped Redis streams. Raises
+`ReportUnavailable` when the state store cannot be read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from gateway.events import REQUESTS, SCALE
+from gateway.reports.cache_report import cache_report, selected
+from gateway.reports.cold_start_report import cold_start_report, start_time
+from gateway.reports.query import QueryError, ReportQuery, parse_duration, parse_time
+from gateway.reports.source import Record, ReportUnavailable, read_events
+from gateway.settings import Settings
+
+__all__ = [
+    "QueryError",
+    "ReportKind",
+    "ReportQuery",
+    "ReportUnavailable",
+    "build_report",
+    "parse_duration",
+    "parse_time",
+]
+
+ReportKind = Literal["cache", "cold_start"]
+COLD_STARTS = "cold_starts"  # written by gateway.coldstart (warmpool timeline records)
+
+
+async def build_report(kind: ReportKind, settings: Settings, query: ReportQuery) -> dict[str, Any]:
+    requests = await read_events(settings, REQUESTS, _ts, query.start, query.end)
+    if kind == "cache":
+        return cache_report(selected(requests, query), query, settings.pricing)
+    # A start is written when it ends, up to minutes after it began: read a wider margin.
+    starts = await read_events(
+        settings, COLD_STARTS, start_time, query.start, query.end, margin_s=900
+    )
+    scale = await read_events(settings, SCALE, _ts, None, query.end)
+    return cold_start_report(settings, query, starts, scale, requests)
+
+
+def _ts(record: Record) -> float | None:
+    ts = record.get("ts")
+    return float(ts) if isinstance(ts, int | float) else None

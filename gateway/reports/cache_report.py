@@ -1,0 +1,215 @@
+"""The cache report: a pure function of request events (see `gateway.events.RequestEvent`).
+
+Hits are the `exact`, `normalized` and `semantic` tiers; `exact_hits` counts the first
+two (both are key matches, no similarity involved). Hit rates are over *lookups* (hits +
+misses): requests that bypassed the cache (Cache-Control) or could not use it (not
+cacheable, e.g. a high temperature) are counted apart and do not lower the rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.reports.query import ReportQuery
+from gateway.reports.stats import histogram, iso, rate, summary
+from gateway.settings import Price
+
+Record = dict[str, Any]
+HIT_TIERS = frozenset({"exact", "normalized", "semantic"})
+LATENCY_EDGES_MS = [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
+SIMILARITY_EDGES = [round(0.5 + 0.05 * i, 2) for i in range(11)]  # 0.50 .. 1.00
+TOP_NAMESPACES = 20
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    hits: int = 0
+    exact_hits: int = 0
+    normalized_hits: int = 0
+    semantic_hits: int = 0
+    misses: int = 0
+    bypassed: int = 0
+    not_cacheable: int = 0
+    saved_tokens: int = 0
+    saved_cost_usd: float = 0.0
+    tenants: set[str] = field(default_factory=set)
+
+    def add(self, event: Record, cost: float) -> None:
+        self.requests += 1
+        outcome = event.get("cache")
+        if outcome in HIT_TIERS:
+            self.hits += 1
+            setattr(self, f"{outcome}_hits", getattr(self, f"{outcome}_hits") + 1)
+            self.saved_tokens += int(event.get("saved_tokens") or 0)
+            self.saved_cost_usd += cost
+        elif outcome == "miss":
+            self.misses += 1
+        elif outcome == "bypass":
+            self.bypassed += 1
+        else:
+            self.not_cacheable += 1
+        if event.get("tenant"):
+            self.tenants.add(str(event["tenant"]))
+
+    @property
+    def lookups(self) -> int:
+        return self.hits + self.misses
+
+
+def selected(events: Iterable[Record], query: ReportQuery) -> list[Record]:
+    return [
+        e
+        for e in events
+        if (query.tenant is None or e.get("tenant") == query.tenant)
+        and (query.model is None or e.get("model") == query.model)
+    ]
+
+
+def cache_report(
+    events: list[Record], query: ReportQuery, pricing: Mapping[str, Price]
+) -> dict[str, Any]:
+    costs = [saved_cost(e, pricing) for e in events]
+    total = Tally()
+    for event, cost in zip(events, costs, strict=True):
+        total.add(event, cost)
+    priced = {str(e.get("model")) for e in events if e.get("model") in pricing}
+    unpriced = {str(e.get("model")) for e in events if e.get("cache") in HIT_TIERS} - priced
+    return {
+        "kind": "cache",
+        "range": {"since": iso(query.start), "until": iso(query.end)},
+        "filters": {"tenant": query.tenant, "model": query.model},
+        "bucket_s": query.bucket_width(),
+        "totals": _totals(total) | {"unpriced_models": sorted(unpriced)},
+        "latency_ms": _latency(events),
+        "latency_histogram": _latency_histogram(events),
+        "over_time": _over_time(events, query),
+        "top_namespaces": _top_namespaces(events, costs),
+        "similarity": _similarity(events),
+        "by_tenant_model": _by_tenant_model(events, costs),
+    }
+
+
+def saved_cost(event: Record, pricing: Mapping[str, Price]) -> float:
+    price = pricing.get(str(event.get("model")))
+    if price is None or event.get("cache") not in HIT_TIERS:
+        return 0.0
+    prompt = int(event.get("saved_prompt_tokens") or 0)
+    completion = int(event.get("saved_completion_tokens") or 0)
+    return (prompt * price.input_per_1m_tokens + completion * price.output_per_1m_tokens) / 1e6
+
+
+def _totals(t: Tally) -> dict[str, Any]:
+    return {
+        "requests": t.requests,
+        "lookups": t.lookups,
+        "hits": t.hits,
+        "exact_hits": t.exact_hits + t.normalized_hits,
+        "normalized_hits": t.normalized_hits,
+        "semantic_hits": t.semantic_hits,
+        "misses": t.misses,
+        "bypassed": t.bypassed,
+        "not_cacheable": t.not_cacheable,
+        "hit_rate": rate(t.hits, t.lookups),
+        "exact_hit_rate": rate(t.exact_hits + t.normalized_hits, t.lookups),
+        "semantic_hit_rate": rate(t.semantic_hits, t.lookups),
+        "saved_tokens": t.saved_tokens,
+        "saved_cost_usd": round(t.saved_cost_usd, 6),
+    }
+
+
+def _latencies(events: list[Record], hit: bool) -> list[float]:
+    wanted = HIT_TIERS if hit else {"miss"}
+    return [float(e["latency_ms"]) for e in events if e.get("cache") in wanted]
+
+
+def _latency(events: list[Record]) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    for name, hit in (("hit", True), ("miss", False)):
+        values = _latencies(events, hit)
+        report[name] = {"count": len(values), **summary(values)}
+    return report
+
+
+def _latency_histogram(events: list[Record]) -> dict[str, Any]:
+    return {
+        "edges_ms": LATENCY_EDGES_MS,
+        "hit": histogram(_latencies(events, True), LATENCY_EDGES_MS),
+        "miss": histogram(_latencies(events, False), LATENCY_EDGES_MS),
+    }
+
+
+def _over_time(events: list[Record], query: ReportQuery) -> list[dict[str, Any]]:
+    width = query.bucket_width()
+    first = query.start // width * width  # buckets on round times (whole 5 minutes, ...)
+    count = max(1, math.ceil((query.end - first) / width))
+    buckets = [Tally() for _ in range(count)]
+    for event in events:
+        index = min(count - 1, int((float(event["ts"]) - first) // width))
+        buckets[index].add(event, 0.0)
+    return [
+        {
+            "start": iso(first + i * width),
+            "requests": b.requests,
+            "lookups": b.lookups,
+            "hits": b.hits,
+            "hit_rate": rate(b.hits, b.lookups),
+        }
+        for i, b in enumerate(buckets)
+    ]
+
+
+def _top_namespaces(events: list[Record], costs: list[float]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str], Tally] = defaultdict(Tally)
+    for event, cost in zip(events, costs, strict=True):
+        if event.get("namespace"):
+            groups[(str(event["namespace"]), str(event.get("model")))].add(event, cost)
+    ranked = sorted(groups.items(), key=lambda item: (-item[1].requests, -item[1].hits))
+    return [
+        {
+            "namespace": namespace,
+            "tenant": ", ".join(sorted(t.tenants)),  # several when a cache group shares it
+            "model": model,
+            "requests": t.requests,
+            "hits": t.hits,
+            "hit_rate": rate(t.hits, t.lookups),
+            "saved_tokens": t.saved_tokens,
+        }
+        for (namespace, model), t in ranked[:TOP_NAMESPACES]
+    ]
+
+
+def _similarity(events: list[Record]) -> dict[str, Any]:
+    hits = [float(e["similarity"]) for e in events if _scored(e, "semantic")]
+    near = [float(e["similarity"]) for e in events if _scored(e, "miss")]
+    return {
+        "edges": SIMILARITY_EDGES,
+        "hits": histogram(hits, SIMILARITY_EDGES),
+        "near_misses": histogram(near, SIMILARITY_EDGES),
+    }
+
+
+def _scored(event: Record, outcome: str) -> bool:
+    return event.get("cache") == outcome and isinstance(event.get("similarity"), int | float)
+
+
+def _by_tenant_model(events: list[Record], costs: list[float]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str], Tally] = defaultdict(Tally)
+    for event, cost in zip(events, costs, strict=True):
+        groups[(str(event.get("tenant") or "-"), str(event.get("model") or "-"))].add(event, cost)
+    return [
+        {
+            "tenant": tenant,
+            "model": model,
+            "requests": t.requests,
+            "hits": t.hits,
+            "hit_rate": rate(t.hits, t.lookups),
+            "saved_tokens": t.saved_tokens,
+            "saved_cost_usd": round(t.saved_cost_usd, 6),
+        }
+        for (tenant, model), t in sorted(groups.items())
+    ]
