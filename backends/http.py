@@ -29,6 +29,7 @@ class UpstreamResponse:
         self._response = response
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
+        self._first = b""  # read by `first_chunk`, yielded first by `chunks`
 
     async def read(self) -> bytes:
         try:
@@ -38,7 +39,17 @@ class UpstreamResponse:
         finally:
             self._response.release()
 
+    async def first_chunk(self) -> None:
+        """Waits for the body's first bytes (or its end); `chunks` yields them first."""
+        try:
+            self._first = await self._response.content.readany()
+        except Exception as exc:
+            raise _translate(exc) from exc
+
     async def chunks(self) -> AsyncIterator[bytes]:
+        if self._first:
+            first, self._first = self._first, b""
+            yield first
         try:
             async for chunk in self._response.content.iter_any():
                 yield chunk

@@ -1,5 +1,5 @@
 """moto's S3 for bench/cold_start.py: the server, the model's upload, and the plain download
-that staging is compared with.
+(to files, like staging) that staging is compared with.
 
 moto keeps each object in a temporary file and reads the *whole* object for every GET, ranged
 or not, before slicing the range out of it. A ranged download therefore costs moto about
@@ -61,17 +61,25 @@ def client_args(endpoint: str) -> dict[str, Any]:
     }
 
 
+def create_bucket(endpoint: str, bucket: str) -> None:
+    """The bucket; also imports the S3 clients, so that later steps do not wait for that."""
+    import aiobotocore.session  # noqa: F401 - for plain_download, ahead of time
+    import boto3  # type: ignore[import-untyped]
+
+    boto3.client("s3", **client_args(endpoint)).create_bucket(Bucket=bucket)
+
+
 def upload_model(
     endpoint: str, bucket: str, prefix: str, folder: Path, manifest: bool
 ) -> list[S3Object]:
-    """Every file of `folder` under s3://bucket/prefix/, as `aws s3 cp` would (multipart over
-    8 MiB), with a `manifest.json` of sha256s when `manifest` (else staging can only check
-    the sizes of multipart objects). Returns what was uploaded."""
-    import boto3  # type: ignore[import-untyped]
+    """Every file of `folder` under s3://bucket/prefix/ (the bucket made by `create_bucket`),
+    as `aws s3 cp` would (multipart over 8 MiB), with a `manifest.json` of sha256s when
+    `manifest` (else staging can only check the sizes of multipart objects). Returns what
+    was uploaded."""
+    import boto3
     from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]
 
     client = boto3.client("s3", **client_args(endpoint))
-    client.create_bucket(Bucket=bucket)
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     config = TransferConfig(multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB)
     uploaded = []
@@ -103,13 +111,14 @@ def plain_download(
     parallelism: int,
     to_dir: Path | None = None,
 ) -> tuple[int, float]:
-    """(bytes, seconds) of ranged GETs of every object, `parallelism` in flight, bodies read
-    into memory and dropped: what staging does, without the disk, checks or bookkeeping.
-    The client is made (and its connections opened by a warm-up GET) before the clock.
+    """(bytes, seconds) of ranged GETs of every object, `parallelism` in flight, each body
+    read whole (`read()`), as a plain downloader does. The client is made (and a connection
+    opened by a warm-up GET) before the clock.
 
-    With `to_dir`, each chunk is also written in place into a file there (`os.pwrite` in a
-    thread, as the stager writes), so that the disk's share of staging can be told apart;
-    the files are closed, not synced, when the clock stops."""
+    With `to_dir`, each chunk is written in place into a file per object there (`os.pwrite`
+    in a thread), so that the download ends as staging's does, with the objects on disk; the
+    files are closed, not synced, when the clock stops: staging's checks, fsyncs and
+    bookkeeping are not in it. Without, the bodies are dropped (no disk at all)."""
     from aiobotocore.config import AioConfig
 
     config = AioConfig(

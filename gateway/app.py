@@ -186,6 +186,7 @@ async def _build(
         access,
         settings.limits.max_body_bytes,
         events=open_event_log(settings, REQUESTS, stack, tasks),
+        body_timeout_s=settings.limits.body_timeout_s,
     )
     probes = {
         name: next(iter(pool.replicas.handles.values())).upstream

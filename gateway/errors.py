@@ -7,6 +7,7 @@
     ├── ModelNotFound             404     invalid_request_error  (code model_not_found)
     ├── NotFound                  404     invalid_request_error  (unknown route)
     ├── MethodNotAllowed          405     invalid_request_error
+    ├── RequestTimeout            408     invalid_request_error  (body too slow; closes)
     ├── BodyTooLarge              413     invalid_request_error
     ├── ClientGone                499     client_closed_request  (logged; nobody reads it)
     ├── QuotaExceeded             429     rate_limit_error       (Retry-After, x-ratelimit-*)
@@ -15,6 +16,7 @@
     ├── BackendUnavailable        503     service_unavailable    (circuit open; Retry-After)
     ├── UpstreamError             502     upstream_error         (refused, reset, bad answer)
     ├── UpstreamTimeout           504     timeout_error
+    ├── DeadlineExceeded          504     timeout_error          (the client's deadline)
     └── InternalError             500     server_error           (a bug; logged with traceback)
 
 Messages never contain a key or an upstream credential.
@@ -103,6 +105,12 @@ class MethodNotAllowed(GatewayError):
     code = "method_not_allowed"
 
 
+class RequestTimeout(GatewayError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class BodyTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
@@ -149,6 +157,12 @@ class UpstreamTimeout(GatewayError):
     status = 504
     type = "timeout_error"
     code = "upstream_timeout"
+
+
+class DeadlineExceeded(GatewayError):
+    status = 504
+    type = "timeout_error"
+    code = "deadline_exceeded"
 
 
 class InternalError(GatewayError):

@@ -1,9 +1,14 @@
 """Sending a request to its backend: the fair queue, the circuit breaker, and budgeted
 retries before the first byte. This is the gateway's only retry layer.
+
+The client's deadline bounds all of it: the wait in the queue, then every attempt, the
+waits between them and a stream's first byte. Once a stream relays bytes it is no longer
+cut by the deadline (the client is receiving; the backend's `read_s` still applies).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import time
@@ -21,7 +26,7 @@ from backends.errors import (
 from backends.http import HttpUpstream, UpstreamResponse
 from backends.providers.replicas import Replica
 from gateway.breaker import counts_as_failure
-from gateway.errors import BackendUnavailable, Overloaded
+from gateway.errors import BackendUnavailable, DeadlineExceeded, Overloaded
 from gateway.metrics import Metrics
 from gateway.relay import translate
 from gateway.replicas import ReplicaHandle, ReplicaSet
@@ -95,6 +100,18 @@ async def take_slot(pool: Pool, request: Admitted) -> Slot:
         ) from exc
 
 
+# The gateway gives up this long before the client's deadline (at most `_MARGIN_MAX_S`),
+# so that the client reads a 504 saying why rather than timing out with nothing.
+_MARGIN = 0.1
+_MARGIN_MAX_S = 0.5
+
+
+def answer_by(deadline: float, timeout_s: float) -> float:
+    """When the upstream's first byte must have arrived, for a client deadline of
+    `timeout_s` seconds that ends at `deadline` (monotonic)."""
+    return deadline - min(_MARGIN_MAX_S, _MARGIN * timeout_s)
+
+
 async def attempt_upstream(
     pool: Pool,
     path: str,
@@ -103,14 +120,42 @@ async def attempt_upstream(
     deadline: float,
     metrics: Metrics,
     rng: Callable[[], float] = random.random,
+    *,
+    streamed: bool = False,
 ) -> tuple[UpstreamResponse, ReplicaHandle]:
-    """The upstream's answer (headers arrived; body unread) and the replica serving it,
-    after at most three attempts; the caller calls `pool.finished(replica)` when done.
+    """The upstream's answer (headers arrived and, for a 200 stream, its first bytes; body
+    unread) and the replica serving it, after at most three attempts; the caller calls
+    `pool.finished(replica)` when done.
 
     A retryable status that is not retried (attempts or budget exhausted) is returned as
-    the answer; the caller relays or maps it. Failures without an answer raise.
+    the answer; the caller relays or maps it. Failures without an answer raise. All of it
+    ends by `deadline` (monotonic): past it the attempt in flight is cancelled, its
+    connection closed, and `DeadlineExceeded` (504) raised.
     """
     pool.budget.on_request()
+    scope = asyncio.timeout(max(0.0, deadline - time.monotonic()))
+    try:
+        async with scope:
+            return await _attempts(pool, path, body, request_id, deadline, metrics, rng, streamed)
+    except TimeoutError as exc:
+        if not scope.expired():
+            raise
+        metrics.upstream_error(pool.name, "deadline")
+        raise DeadlineExceeded(
+            f"The request's deadline passed before the upstream '{pool.name}' answered.",
+        ) from exc
+
+
+async def _attempts(
+    pool: Pool,
+    path: str,
+    body: bytes,
+    request_id: str,
+    deadline: float,
+    metrics: Metrics,
+    rng: Callable[[], float],
+    streamed: bool,
+) -> tuple[UpstreamResponse, ReplicaHandle]:
     headers = {"content-type": "application/json", "x-request-id": request_id}
     attempt = 1
     tried: set[str] = set()
@@ -120,7 +165,12 @@ async def attempt_upstream(
         handle.in_flight += 1
         if pool.manager is not None:
             pool.manager.request_started(handle.id)
-        upstream, failure = await _try(handle.upstream, path, body, headers)
+        try:
+            upstream, failure = await _try(handle.upstream, path, body, headers, streamed)
+        except BaseException:
+            # Cancelled (the deadline passed, or the client left): the replica is free again.
+            pool.finished(handle)
+            raise
         outcome: Outcome = upstream.status if upstream is not None else _kind(failure)
         if handle.breaker is not None:
             handle.breaker.record(not counts_as_failure(outcome))
@@ -160,12 +210,24 @@ def _choose(pool: Pool, tried: set[str]) -> ReplicaHandle:
 
 
 async def _try(
-    upstream: HttpUpstream, path: str, body: bytes, headers: dict[str, str]
+    upstream: HttpUpstream, path: str, body: bytes, headers: dict[str, str], streamed: bool
 ) -> tuple[UpstreamResponse | None, BackendError | None]:
     try:
-        return await upstream.post(path, body, headers), None
+        response = await upstream.post(path, body, headers)
     except BackendError as exc:
         return None, exc
+    if streamed and response.status == 200:
+        # A stream's headers come at once; its first token may not. Until that arrives
+        # nothing has been relayed, so the deadline still applies.
+        try:
+            await response.first_chunk()
+        except BackendError as exc:
+            response.close()
+            return None, exc
+        except BaseException:
+            response.close()  # cancelled: drop the connection, never pool it half-read
+            raise
+    return response, None
 
 
 def _kind(failure: BackendError | None) -> Outcome:

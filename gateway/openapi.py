@@ -21,12 +21,13 @@ _STATUS_TEXT = {
     401: "Missing, malformed or unknown API key.",
     403: "The key may not do this (a model the tenant may not use; a tenant key on /admin).",
     404: "Unknown model, tenant, key or route (or the admin API is disabled).",
+    408: "The request body did not arrive in time (code request_timeout); the connection closes.",
     409: "Conflicts with what exists (a tenant of that name; a key declared in config).",
     413: "The request body is too large.",
     429: "A quota of the tenant is exhausted (see Retry-After and x-ratelimit-*).",
     502: "The backend failed (refused, reset, or answered nonsense).",
     503: "State store unreachable, backend unavailable, or load shed (see Retry-After).",
-    504: "The backend did not answer in time.",
+    504: "The backend did not answer in time, or not before the request's deadline.",
 }
 
 _HEADERS = {
@@ -153,7 +154,7 @@ def _openai_paths() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {_JSON: {"schema": _ref(model)}}},
                 "responses": {
                     **ok,
-                    **_errors(400, 401, 403, 404, 413, 429, 502, 503, 504),
+                    **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
                     **relayed,
                 },
             }

@@ -35,10 +35,11 @@ from gateway.errors import (
     GatewayError,
     InternalError,
     QuotaExceeded,
+    RequestTimeout,
     StateUnavailable,
 )
 from gateway.events import EventLog, RequestEvent, refusal_reason
-from gateway.forward import Admitted, Pool, attempt_upstream, take_slot
+from gateway.forward import Admitted, Pool, answer_by, attempt_upstream, take_slot
 from gateway.metrics import Metrics
 from gateway.openai_schema import parse_body
 from gateway.quotas import Admission, QuotaEnforcer, QuotaLimits, estimate_tokens
@@ -140,6 +141,7 @@ class Pipeline:
         access: AccessLog,
         max_body_bytes: int,
         events: EventLog | None = None,
+        body_timeout_s: float = 30.0,
     ) -> None:
         self._auth = auth
         self._catalog = catalog
@@ -150,6 +152,7 @@ class Pipeline:
         self._metrics = metrics
         self._access = access
         self._max_body = max_body_bytes
+        self._body_timeout_s = body_timeout_s
         self._events = events
 
     async def openai(self, request: Request, kind: str) -> Response:
@@ -253,6 +256,8 @@ class Pipeline:
         exchange.at_zero = pool.manager is not None and len(pool.replicas) == 0
         cold = _activate(pool)
         timeout_s = self._deadline_s(request, tenant)
+        # The client's clock started when it sent the request, not now.
+        deadline = time.monotonic() - (time.perf_counter() - exchange.started) + timeout_s
         queued = time.perf_counter()
         ticket.slot = await take_slot(
             pool, self._admitted(request, tenant, ticket, fields, timeout_s)
@@ -267,8 +272,9 @@ class Pipeline:
             exchange.path.removeprefix("/v1"),
             raw,
             exchange.request_id,
-            time.monotonic() + timeout_s,
+            answer_by(deadline, timeout_s),
             self._metrics,
+            streamed=streamed,
         )
         if streamed and upstream.status == 200:
             recorder = self._cache.recorder(ticket.probe)
@@ -381,13 +387,21 @@ class Pipeline:
         parts: list[bytes] = []
         size = 0
         try:
-            async for part in request.stream():
-                size += len(part)
-                if size > self._max_body:
-                    raise BodyTooLarge(f"The request body exceeds {self._max_body} bytes.")
-                parts.append(part)
+            async with asyncio.timeout(self._body_timeout_s):
+                async for part in request.stream():
+                    size += len(part)
+                    if size > self._max_body:
+                        raise BodyTooLarge(f"The request body exceeds {self._max_body} bytes.")
+                    parts.append(part)
         except ClientDisconnect as exc:
             raise BadRequest("The client closed the connection before sending the body.") from exc
+        except TimeoutError as exc:
+            # A body dribbled under the size limit would hold a connection (and its memory)
+            # for as long as the client liked; the rest of it is not read, so hang up.
+            raise RequestTimeout(
+                f"The request body did not arrive within {self._body_timeout_s:g} s.",
+                headers={"connection": "close"},
+            ) from exc
         return b"".join(parts)
 
 

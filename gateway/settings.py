@@ -274,6 +274,9 @@ class Price(_Strict):
 
 class Limits(_Strict):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # How long a client may take to send a request's body once its headers are in (the
+    # headers have their own limit, gateway/server.py); past it: 408 and the connection closes.
+    body_timeout_s: float = Field(default=30.0, gt=0)
 
 
 class Settings(_Strict):

@@ -108,6 +108,20 @@ def fake_backend(base_url: str, **overrides: Any) -> dict[str, Any]:
     return backend
 
 
+def uncached_config(
+    upstream: str, state: dict[str, Any], tenants: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
+    """A gateway in front of the fake upstream with its cache off: for the tests of keys,
+    tenants and the rest, which a cached answer would only get in the way of."""
+    return {
+        "state": state,
+        "backends": [fake_backend(upstream)],
+        "cache": {"enabled": False},
+        "tenants": tenants,
+        **extra,
+    }
+
+
 def hash_of(key: str) -> str:
     import hashlib
 

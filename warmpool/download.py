@@ -1,7 +1,9 @@
 """One model's files, fetched into its partial folder with parallel ranged GETs.
 
-Chunks of all files go through one queue in file order, so files finish one after another
-and each is verified (in a thread) while the next downloads. `parallelism` workers take
+Chunks of all files go through one queue in file order, so files finish one after another;
+each file is hashed as its chunks land (`PartFile.digest_more`), so verifying it at the end
+is quick, and its fsync and rename happen while the next one downloads. Each worker reads
+its chunks into one buffer of its own, reused. `parallelism` workers take
 chunks from it, which bounds the GETs in flight and the chunk buffers held in memory.
 Resume comes from the part files' sidecars and from `state.json`, which lists the files
 already verified (by ETag, so a changed object is fetched again). A file that fails
@@ -45,6 +47,7 @@ class DownloadResult:
     fetched_bytes: int  # over the network by this run
     resumed_bytes: int  # already on disk from an interrupted run
     seconds: float
+    read_back: frozenset[str]  # files hashed by this run: every byte read back just now
 
 
 class ModelDownload:
@@ -78,6 +81,7 @@ class ModelDownload:
         self._queue: deque[tuple[PartFile, int]] = deque()
         self._finishing: set[str] = set()
         self._fetched_again: set[str] = set()
+        self._read_back: set[str] = set()
         self._workers = 0  # each holds at most one chunk in memory
         self._group: asyncio.TaskGroup | None = None
         self.fetched_bytes = 0
@@ -103,7 +107,8 @@ class ModelDownload:
         finally:
             self._group = None
             await self._pool.run(_close_all, self._files)
-        return DownloadResult(self.fetched_bytes, resumed, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return DownloadResult(self.fetched_bytes, resumed, seconds, frozenset(self._read_back))
 
     def _schedule(self, pf: PartFile) -> None:
         assert self._group is not None
@@ -118,11 +123,15 @@ class ModelDownload:
             self._group.create_task(self._worker())
 
     async def _worker(self) -> None:
+        assert self._group is not None
+        buffer = memoryview(bytearray(self._settings.chunk_bytes))  # reused for every chunk
         try:
             while self._queue:
                 pf, index = self._queue.popleft()
-                data = await self._fetch(pf, index)
+                data = await self._fetch(pf, index, buffer)
                 await self._pool.run(pf.write_chunk, index, data)
+                # Hashing runs beside the next GET, not in this worker's way (`PartFile`).
+                self._group.create_task(self._pool.run(pf.digest_more))
                 self.fetched_bytes += len(data)
                 self._on_bytes(len(data))
                 if pf.complete and pf.spec.name not in self._finishing:
@@ -130,15 +139,25 @@ class ModelDownload:
         finally:
             self._workers -= 1
 
-    async def _fetch(self, pf: PartFile, index: int) -> bytes:
+    async def _fetch(self, pf: PartFile, index: int, buffer: memoryview) -> memoryview:
         start, stop = pf.chunk_range(index)
         what = f"{pf.spec.name} bytes {start}-{stop - 1}"
-        read = partial(self._source.read_range, pf.spec.remote, start, stop)
-        return await with_retries(read, self._settings.retry, what)
+        chunk = buffer[: stop - start]
+        read = partial(self._source.read_into, pf.spec.remote, start, chunk)
+        await with_retries(read, self._settings.retry, what)
+        return chunk
 
     async def _finish(self, pf: PartFile) -> None:
+        # The file's last chunks are hashed while its last writes go to disk (CPU beside
+        # I/O), so that `finish` has little of either left. A group, not gather: both
+        # threads are done before anything may close the file.
+        async with asyncio.TaskGroup() as both:
+            both.create_task(self._pool.run(pf.sync))
+            both.create_task(self._pool.run(pf.digest_more))
         reason = await self._pool.run(pf.finish)
         if reason is None:
+            if pf.spec.verified_by != "size":
+                self._read_back.add(pf.spec.name)
             await self._pool.run(self._mark_verified, pf.spec)
             return
         if pf.spec.name in self._fetched_again:

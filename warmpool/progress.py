@@ -82,6 +82,6 @@ def summary(staged: StagedModel) -> str:
         text += f"; downloaded {staged.download}"
     if staged.resumed_bytes:
         text += f" ({_size(staged.resumed_bytes)} resumed)"
-    if staged.readahead is not None:
+    if staged.readahead is not None and staged.readahead.bytes > 0:
         text += f"; read ahead at {staged.readahead.mb_per_s:.0f} MB/s"
     return text

@@ -164,10 +164,38 @@ class S3WeightSource:
             raise SourceUnavailable(f"{what}: got {len(data)} bytes, expected {stop - start}")
         return data
 
+    async def read_into(self, obj: RemoteObject, start: int, buffer: memoryview) -> None:
+        client = self._require_client()
+        stop = start + len(buffer)
+        what = f"reading bytes {start}-{stop - 1} of s3://{obj.bucket}/{obj.key}"
+        with _translated(what):
+            response = await client.get_object(
+                Bucket=obj.bucket,
+                Key=obj.key,
+                Range=f"bytes={start}-{stop - 1}",
+                IfMatch=f'"{obj.etag}"',
+            )
+            async with response["Body"] as body:
+                filled = await _fill(body, buffer)
+        if filled != len(buffer):
+            raise SourceUnavailable(f"{what}: got {filled} bytes, expected {len(buffer)}")
+
     def _require_client(self) -> Any:
         if self._client is None:
             raise RuntimeError("use S3WeightSource as an async context manager")
         return self._client
+
+
+async def _fill(body: Any, buffer: memoryview) -> int:
+    """Read the body into `buffer` as it arrives: unlike `read()`, no list of pieces joined
+    into a new object per chunk (a fresh 32 MiB allocation and its page faults each time)."""
+    filled = 0
+    while filled < len(buffer):
+        read: int = await body.readinto(buffer[filled:])
+        if read == 0:
+            break
+        filled += read
+    return filled
 
 
 def _objects(location: S3Location, contents: list[dict[str, Any]]) -> list[RemoteObject]:

@@ -1,8 +1,9 @@
 """Where weights come from: an `s3://bucket/prefix/` location and the `WeightSource` seam.
 
 A source lists the objects under a prefix (with sizes and ETags) and reads byte ranges of
-one object. `warmpool.s3.S3WeightSource` implements it with aiobotocore; tests may put any
-other object behind it. Sources raise only `warmpool.errors.SourceError` and its subclasses.
+one object, as new bytes or into a caller's buffer. `warmpool.s3.S3WeightSource` implements
+it with aiobotocore; tests may put any other object behind it. Sources raise only
+`warmpool.errors.SourceError` and its subclasses.
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ class WeightSource(Protocol):
         """Bytes [start, stop) of the object, exactly stop - start of them.
 
         Fails with SourceChanged if the object's ETag is no longer `obj.etag`.
+        """
+        ...
+
+    async def read_into(self, obj: RemoteObject, start: int, buffer: memoryview) -> None:
+        """Fill `buffer` with the bytes from `start` on: a chunk with no allocation of its own.
+
+        Fails as `read_range` does; on failure the buffer holds anything.
         """
         ...
 

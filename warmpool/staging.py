@@ -18,8 +18,11 @@
 - Last use is kept in memory by `touch()` (cheap enough for every request) and saved as the
   `.complete` marker's mtime by the next async call, so LRU order survives restarts.
 - `readahead="pagecache"` reads the files once after staging (and on `warm()`); "none"
-  skips it. Pinning into page-locked host memory is left to the process that loads the
-  weights: such memory belongs to the process that allocates it.
+  skips it. Right after a download, files whose checksum was just computed had every byte
+  read back from the page cache by the verification: they are only advised
+  (`POSIX_FADV_WILLNEED`, which re-reads whatever was dropped since), not read again.
+  Pinning into page-locked host memory is left to the process that loads the weights:
+  such memory belongs to the process that allocates it.
 - One stager owns a cache folder. Cancel its stagings before `aclose()`.
 """
 
@@ -41,7 +44,7 @@ from warmpool.blocking import BlockingPool
 from warmpool.budget import CacheEntry, plan_eviction
 from warmpool.catalog import save_last_use, scan
 from warmpool.download import DownloadSettings, ModelDownload
-from warmpool.errors import IntegrityError, ModelNotStaged, SourceNotFound
+from warmpool.errors import IntegrityError, ModelNotStaged, SourceError, SourceNotFound
 from warmpool.layout import CacheLayout, discard, publish
 from warmpool.readahead import read_ahead
 from warmpool.retry import RetryPolicy, with_retries
@@ -130,7 +133,18 @@ class WeightStager:
                 self._published[staged.model] = staged
                 self._last_used[staged.model] = last_used
             self._partials = {entry.model: entry for entry in partials}
+            await self._warm_up_source()
             self._opened = True
+
+    async def _warm_up_source(self) -> None:
+        """Make and close one source: the first S3 client of a session loads botocore's
+        service model (0.1-0.3 s here), which should not be on the first cold start's path.
+        Nothing goes over the network with explicit credentials."""
+        try:
+            async with self._source_factory():
+                pass
+        except SourceError as exc:  # the staging that needs the source will say it again
+            log.warning("could not open a weight source yet: %s", exc)
 
     async def aclose(self) -> None:
         if self._opened:
@@ -260,11 +274,11 @@ class WeightStager:
                 raise SourceNotFound(f"no objects under {location}")
             specs = plan_files(objects, await self._manifest(source, objects), self._verify_etag)
             flight.total = sum(spec.size for spec in specs)
-            staged = await self._download(model, uri, source, specs, flight)
+            staged, read_back = await self._download(model, uri, source, specs, flight)
         self.touch(model)
         await self._save_use()
         if self._readahead == "pagecache":
-            staged = replace(staged, readahead=await self.warm(model))
+            staged = replace(staged, readahead=await self._read_ahead(model, read_back))
         log.info(
             "staged %s: fetched %s, resumed %d bytes", model, staged.download, staged.resumed_bytes
         )
@@ -285,7 +299,8 @@ class WeightStager:
 
     async def _download(
         self, model: str, uri: str, source: WeightSource, specs: list[FileSpec], flight: _Flight
-    ) -> StagedModel:
+    ) -> tuple[StagedModel, frozenset[str]]:
+        """The published model, and the files that verification read back in full."""
         # A staging of this model may start while an eviction of it still deletes folders.
         while (evicting := self._evicting.get(model)) is not None:
             await evicting.wait()
@@ -306,7 +321,7 @@ class WeightStager:
                 download=Throughput(result.fetched_bytes, result.seconds),
             )
             await self._publish(staged)
-            return staged
+            return staged, result.read_back
         except BaseException:
             if model not in self._published:  # else cancelled after publishing: nothing left
                 on_disk = max(download.bytes_on_disk, leftover.bytes if leftover else 0)
@@ -360,13 +375,18 @@ class WeightStager:
     async def warm(self, model: str) -> Throughput:
         """Read the model's files into the page cache; returns how fast that went."""
         await self.open()
+        return await self._read_ahead(model, frozenset())
+
+    async def _read_ahead(self, model: str, cached: frozenset[str]) -> Throughput:
+        """Read the files, except those in `cached`: advised only (see the module's notes)."""
         staged = self._published.get(model)
         if staged is None:
             raise ModelNotStaged(f"{model} is not staged")
         self._reading[model] += 1
         try:
-            paths = [staged.path / f.name for f in staged.files]
-            return await self._pool.run(read_ahead, paths)
+            paths = [staged.path / f.name for f in staged.files if f.name not in cached]
+            advised = [staged.path / f.name for f in staged.files if f.name in cached]
+            return await self._pool.run(read_ahead, paths, advise=advised)
         finally:
             self._reading[model] -= 1
 

@@ -61,6 +61,7 @@ class ColdStartRecord:
     events: tuple[tuple[str, float], ...]  # (event, unix time), in the order they happened
     phases: Mapping[str, float]  # seconds, for the phases whose ends were both seen
     detail: str = ""  # why it failed, for "failed"
+    begun_at: float | None = None  # unix time of `begin` (a start may fail before any event)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -72,6 +73,7 @@ class ColdStartRecord:
             "events": [{"event": name, "at": at} for name, at in self.events],
             "phases": dict(self.phases),
             "detail": self.detail,
+            "begun_at": self.begun_at,
         }
 
 
@@ -114,6 +116,7 @@ class _Open:
     backend: str
     model: str
     trigger: str
+    begun_at: float
     events: list[tuple[str, float]] = field(default_factory=list)
 
     def has(self, event: str) -> bool:
@@ -141,7 +144,7 @@ class ColdStartTimeline:
 
     def begin(self, backend: str, model: str, trigger: str) -> str:
         start_id = f"{backend}-{self._prefix}-{next(self._numbers)}"
-        self._open[start_id] = _Open(start_id, backend, model, trigger)
+        self._open[start_id] = _Open(start_id, backend, model, trigger, self._clock())
         if self._metrics is not None:
             _safely(self._metrics.on_cold_start, backend)
         return start_id
@@ -179,6 +182,7 @@ class ColdStartTimeline:
             events,
             phases,
             detail,
+            timeline.begun_at,
         )
         if self._metrics is not None:
             for phase, seconds in phases.items():

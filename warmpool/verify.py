@@ -14,15 +14,19 @@ In order of preference:
   to get a real checksum for such files.
 
 The size is always checked. A file that fails is deleted and downloaded once more.
+
+The digest is computed over the part file's own bytes, read back in order as each stretch
+of chunks from the start is on disk (`warmpool.partfile`), so that hashing overlaps the
+download instead of following it; what is hashed is what the file holds, as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 import orjson
@@ -117,21 +121,23 @@ def check_names(names: list[str]) -> None:
         raise InvalidWeightLayout(f"object names nest inside other objects: {clashes[:5]}")
 
 
-def verify_file(path: Path, spec: FileSpec) -> str | None:
-    """Why `path` does not match `spec`, or None when it does. Blocking: run it in a thread."""
-    size = path.stat().st_size
-    if size != spec.size:
-        return f"{spec.name}: {size} bytes on disk, expected {spec.size}"
+def new_digest(spec: FileSpec) -> Any:
+    """A hashlib object for the file's checksum, or None when only the size is checked."""
     if spec.verified_by == "sha256":
-        return _compare(path, spec, hashlib.sha256, spec.sha256 or "")
+        return hashlib.sha256()
     if spec.verified_by == "etag-md5":
-        return _compare(path, spec, _md5, spec.remote.etag)
+        return _md5()
     return None
 
 
-def _compare(path: Path, spec: FileSpec, algorithm: Callable[[], Any], expected: str) -> str | None:
-    with path.open("rb") as f:
-        actual = hashlib.file_digest(f, algorithm).hexdigest()
+def check_digest(spec: FileSpec, size: int, digest: Any) -> str | None:
+    """Why a file of `size` bytes whose checksum is `digest` does not match `spec`, or None."""
+    if size != spec.size:
+        return f"{spec.name}: {size} bytes on disk, expected {spec.size}"
+    if digest is None:
+        return None
+    expected = spec.sha256 if spec.verified_by == "sha256" else spec.remote.etag
+    actual = digest.hexdigest()
     if actual != expected:
         return f"{spec.name}: {spec.verified_by} is {actual}, expected {expected}"
     return None

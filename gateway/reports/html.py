@@ -294,38 +294,29 @@ def _bucket_labels(edges: list[Any], buckets: int, fmt: Fmt) -> list[str]:
     return uppers + [f"#{i + 1}" for i in range(len(uppers), buckets)]
 
 
-def _namespaces_table(rows: list[Mapping[str, Any]]) -> str:
-    headers = ["Namespace", "Tenant", "Model", "Requests", "Hits", "Hit rate", "Tokens saved"]
-    cells = [
-        [
-            str(r.get("namespace", "")),
-            str(r.get("tenant", "")),
-            str(r.get("model", "")),
-            _int(r.get("requests")),
-            _int(r.get("hits")),
-            _pct(r.get("hit_rate")),
-            _int(r.get("saved_tokens")),
-        ]
-        for r in rows
+# The columns both cache tables share, headers and cells in the same order.
+_USAGE_HEADERS = ["Tenant", "Model", "Requests", "Hits", "Hit rate", "Tokens saved"]
+
+
+def _usage_cells(r: Mapping[str, Any]) -> list[str]:
+    return [
+        str(r.get("tenant", "")),
+        str(r.get("model", "")),
+        _int(r.get("requests")),
+        _int(r.get("hits")),
+        _pct(r.get("hit_rate")),
+        _int(r.get("saved_tokens")),
     ]
-    return _table("top-namespaces", headers, cells, 3)
+
+
+def _namespaces_table(rows: list[Mapping[str, Any]]) -> str:
+    cells = [[str(r.get("namespace", "")), *_usage_cells(r)] for r in rows]
+    return _table("top-namespaces", ["Namespace", *_USAGE_HEADERS], cells, 3)
 
 
 def _tenant_model_table(rows: list[Mapping[str, Any]]) -> str:
-    headers = ["Tenant", "Model", "Requests", "Hits", "Hit rate", "Tokens saved", "Cost saved"]
-    cells = [
-        [
-            str(r.get("tenant", "")),
-            str(r.get("model", "")),
-            _int(r.get("requests")),
-            _int(r.get("hits")),
-            _pct(r.get("hit_rate")),
-            _int(r.get("saved_tokens")),
-            _usd(r.get("saved_cost_usd")),
-        ]
-        for r in rows
-    ]
-    return _table("by-tenant-model", headers, cells, 2)
+    cells = [[*_usage_cells(r), _usd(r.get("saved_cost_usd"))] for r in rows]
+    return _table("by-tenant-model", [*_USAGE_HEADERS, "Cost saved"], cells, 2)
 
 
 # -- cold starts --------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from gateway.errors import Unauthenticated
 from gateway.keys import admin_key_hashes
 from gateway.settings import AdminSettings
 from gateway.state import FileStateStore
-from tests.conftest import GatewayFactory, fake_backend, hash_of
+from tests.conftest import GatewayFactory, hash_of, uncached_config
 from tests.support.processes import Gateway
 
 ADMIN_KEY = "sk-test-admin-7f3a9c1e5b"
@@ -76,13 +76,12 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
 def test_tenant_and_key_made_through_the_api_serve_every_replica(
     gateway_factory: GatewayFactory, fake_upstream: str, redis_url: str, redis_prefix: str
 ) -> None:
-    config = {
-        "state": {"url": redis_url, "prefix": redis_prefix},
-        "backends": [fake_backend(fake_upstream)],
-        "cache": {"enabled": False},
-        "tenants": [{"name": "config-team", "keys": [{"env": "TEAM_KEY"}]}],
-        "admin": {"keys": [{"sha256": hash_of(ADMIN_KEY)}]},
-    }
+    config = uncached_config(
+        fake_upstream,
+        {"url": redis_url, "prefix": redis_prefix},
+        [{"name": "config-team", "keys": [{"env": "TEAM_KEY"}]}],
+        admin={"keys": [{"sha256": hash_of(ADMIN_KEY)}]},
+    )
     first, second = (gateway_factory(config, {"TEAM_KEY": TEAM_KEY}) for _ in range(2))
     with admin_client(first) as admin:
         key = _lifecycle(admin, first, second)
@@ -183,12 +182,9 @@ def _reports_count(admin: httpx.Client, tenant: str) -> None:
 def test_memory_store_tenants_persist_override_and_delete(
     gateway_factory: GatewayFactory, fake_upstream: str, tmp_path: Path
 ) -> None:
-    config = {
-        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
-        "backends": [fake_backend(fake_upstream)],
-        "cache": {"enabled": False},
-        "tenants": [{"name": "config-team", "keys": [{"sha256": hash_of(TEAM_KEY)}]}],
-    }
+    state = {"url": "memory", "path": str(tmp_path / "state.json")}
+    tenants = [{"name": "config-team", "keys": [{"sha256": hash_of(TEAM_KEY)}]}]
+    config = uncached_config(fake_upstream, state, tenants)
     env = {"GATEWAY_ADMIN_KEY": ADMIN_KEY}
     gateway = gateway_factory(config, env)
     served = httpx.get(gateway.url + "/openapi.json")  # no key needed

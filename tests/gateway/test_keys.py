@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from tests.conftest import GatewayFactory, fake_backend
+from tests.conftest import GatewayFactory, uncached_config
 
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -21,12 +21,8 @@ def _status(url: str, key: str) -> int:
 def test_key_created_used_and_revoked_on_every_replica(
     gateway_factory: GatewayFactory, fake_upstream: str, redis_url: str, redis_prefix: str
 ) -> None:
-    config = {
-        "state": {"url": redis_url, "prefix": redis_prefix},
-        "backends": [fake_backend(fake_upstream)],
-        "cache": {"enabled": False},
-        "tenants": [{"name": "acme"}],
-    }
+    state = {"url": redis_url, "prefix": redis_prefix}
+    config = uncached_config(fake_upstream, state, [{"name": "acme"}])
     first, second = gateway_factory(config), gateway_factory(config)
 
     created = first.cli("keys", "create", "--tenant", "acme")
@@ -59,12 +55,8 @@ def test_key_created_used_and_revoked_on_every_replica(
 def test_unknown_tenant_is_refused_by_cli(
     gateway_factory: GatewayFactory, fake_upstream: str, tmp_path: Path
 ) -> None:
-    config = {
-        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
-        "backends": [fake_backend(fake_upstream)],
-        "cache": {"enabled": False},
-        "tenants": [{"name": "acme"}],
-    }
+    state = {"url": "memory", "path": str(tmp_path / "state.json")}
+    config = uncached_config(fake_upstream, state, [{"name": "acme"}])
     gateway = gateway_factory(config)
     result = gateway.cli("keys", "create", "--tenant", "nobody")
     assert result.returncode == 2 and "unknown tenant 'nobody'" in result.stderr
@@ -73,12 +65,8 @@ def test_unknown_tenant_is_refused_by_cli(
 def test_memory_store_keys_persist_and_revoke_while_running(
     gateway_factory: GatewayFactory, fake_upstream: str, tmp_path: Path
 ) -> None:
-    config = {
-        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
-        "backends": [fake_backend(fake_upstream)],
-        "cache": {"enabled": False},
-        "tenants": [{"name": "acme"}],
-    }
+    state = {"url": "memory", "path": str(tmp_path / "state.json")}
+    config = uncached_config(fake_upstream, state, [{"name": "acme"}])
     gateway = gateway_factory(config)
     key = gateway.cli("keys", "create", "--tenant", "acme").stdout.strip()
     deadline = time.monotonic() + 1.0
@@ -103,12 +91,7 @@ def test_redis_down_unknown_key_gets_503_not_401(
     from tests.support.processes import free_port
 
     dead = f"redis://127.0.0.1:{free_port()}"
-    config = {
-        "state": {"url": dead},
-        "backends": [fake_backend(fake_upstream)],
-        "cache": {"enabled": False},
-        "tenants": [{"name": "acme"}],
-    }
+    config = uncached_config(fake_upstream, {"url": dead}, [{"name": "acme"}])
     gateway = gateway_factory(config)
     response = httpx.post(
         gateway.base_url + "/chat/completions",

@@ -16,6 +16,7 @@ import openai
 from gateway.config_file import load_settings
 from gateway.reports import ReportQuery, build_report
 from tests.conftest import GatewayFactory, hash_of
+from tests.support.fake_upstream import on_demand_backend
 
 KEY = "sk-test-report-cold-0123456789"
 WAITERS = 3
@@ -27,16 +28,7 @@ def scale_to_zero_config(redis_url: str, prefix: str) -> dict[str, Any]:
         "cache": {"enabled": False},
         # Room for a start expected to take 30 s (the default before one is measured).
         "traffic": {"deadline_s": {"interactive": 300}},
-        "backends": [
-            {
-                "name": "on-demand",
-                "kind": "process",
-                "command": ["{python}", "-m", "tests.support.fake_upstream", "--port", "{port}"],
-                "ready_path": "/v1/models",
-                "models": ["echo"],
-                "scaling": {"min_replicas": 0, "max_replicas": 1, "last_replica_idle_s": 300},
-            }
-        ],
+        "backends": [on_demand_backend(["echo"], {"last_replica_idle_s": 300})],
         "tenants": [{"name": "t", "keys": [{"sha256": hash_of(KEY)}]}],
     }
 

@@ -24,6 +24,7 @@ from gateway.reports import ReportQuery, build_report
 from gateway.reports.html import render
 from gateway.settings import Settings
 from tests.conftest import GatewayFactory, fake_backend, hash_of
+from tests.support.fake_upstream import on_demand_backend
 from tests.support.processes import Gateway
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -35,6 +36,15 @@ COLD_PLOTS = ["cold-start-phases", "cold-start-timeline", "ttft-per-model", "tim
 def cache_report() -> dict[str, Any]:
     hours = [f"2026-11-22T{h:02d}:00:00+00:00" for h in range(6)]
     traffic = [(40, 10), (60, 27), (0, 0), (80, 44), (120, 78), (50, 36)]
+    # acme's only namespace: its row in both tables counts the same requests.
+    acme: dict[str, Any] = {
+        "tenant": "acme",
+        "model": "tiny-chat",
+        "requests": 250,
+        "hits": 160,
+        "hit_rate": 0.64,
+        "saved_tokens": 40100,
+    }
     return {
         "kind": "cache",
         "range": {"since": hours[0], "until": "2026-11-22T06:00:00+00:00"},
@@ -66,15 +76,7 @@ def cache_report() -> dict[str, Any]:
             for start, (r, h) in zip(hours, traffic, strict=True)
         ],
         "top_namespaces": [
-            {
-                "namespace": "acme:tiny-chat:v1",
-                "tenant": "acme",
-                "model": "tiny-chat",
-                "requests": 250,
-                "hits": 160,
-                "hit_rate": 0.64,
-                "saved_tokens": 40100,
-            },
+            {"namespace": "acme:tiny-chat:v1", **acme},
             {
                 "namespace": "globex:tiny-chat:v1",
                 "tenant": "globex",
@@ -90,17 +92,7 @@ def cache_report() -> dict[str, Any]:
             "hits": [0, 0, 12, 30, 33],
             "near_misses": [9, 14, 6, 0, 0],
         },
-        "by_tenant_model": [
-            {
-                "tenant": "acme",
-                "model": "tiny-chat",
-                "requests": 250,
-                "hits": 160,
-                "hit_rate": 0.64,
-                "saved_tokens": 40100,
-                "saved_cost_usd": 0.6015,
-            }
-        ],
+        "by_tenant_model": [{**acme, "saved_cost_usd": 0.6015}],
     }
 
 
@@ -326,14 +318,7 @@ KEY = "sk-test-html-report-0123456789"
 def real_run_config(tmp_path: Path, upstream: str) -> dict[str, Any]:
     """Cached answers from a static upstream, and the fake upstream again as a model server
     the gateway starts on demand (so the run has a cold start with its phases)."""
-    on_demand = {
-        "name": "on-demand",
-        "kind": "process",
-        "command": ["{python}", "-m", "tests.support.fake_upstream", "--port", "{port}"],
-        "ready_path": "/v1/models",
-        "models": ["slow"],
-        "scaling": {"min_replicas": 0, "max_replicas": 1, "idle_s": 60},
-    }
+    on_demand = on_demand_backend(["slow"], {"idle_s": 60})
     return {
         "state": {"url": "memory", "path": str(tmp_path / "state.json")},
         # Exact tiers only: the page is under test here, not MiniLM (spared the load time).

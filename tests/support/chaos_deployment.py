@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.fake_upstream import MODELS, on_demand_backend
 from tests.support.processes import (
     Gateway,
     ServerProcess,
@@ -32,35 +33,18 @@ KEYS = {name: f"sk-test-chaos-{name}-0123456789" for name in ("a", "b", "q", "k"
 QUOTA_RPM = 40  # requests per minute of tenants `q` and `k`, shared by the replicas
 MAX_BODY = 64 * 1024
 READ_TIMEOUT_S = 1.5  # the faulty backend's first-byte / between-chunks timeout
-FAULT_MODELS = [
-    "slow",
-    "error-500",
-    "always-503",
-    "die-midstream",
-    "hang-midstream",
-    "no-done",
-    "malformed-json",
-    "broken-sse",
-]
+# The fake upstream's misbehaving models, served by the faulty backend; all but
+# `busy-429`, which no case uses.
+FAULT_MODELS = [m for m in MODELS if m not in ("echo", "busy-429")]
 
 
 # The fake upstream as a model server each gateway replica starts on demand and stops
 # when idle: cold starts, and a worker to kill while it serves.
-ON_DEMAND: dict[str, Any] = {
-    "name": "on-demand",
-    "kind": "process",
-    "command": ["{python}", "-m", "tests.support.fake_upstream", "--port", "{port}"],
-    "ready_path": "/v1/models",
-    "models": ["cold-echo", "slow-cold"],
-    "max_concurrency": 8,
-    "scaling": {
-        "min_replicas": 0,
-        "max_replicas": 1,
-        "idle_s": 1.0,
-        "last_replica_idle_s": 2.0,
-        "stable_window_s": 1.0,
-    },
-}
+ON_DEMAND = on_demand_backend(
+    ["cold-echo", "slow-cold"],
+    {"idle_s": 1.0, "last_replica_idle_s": 2.0, "stable_window_s": 1.0},
+    max_concurrency=8,
+)
 
 
 def key_hash(key: str) -> str:

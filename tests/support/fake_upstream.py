@@ -52,6 +52,20 @@ MODELS = [
 ]
 
 
+def on_demand_backend(models: list[str], scaling: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """This fake upstream as a `process` backend: a model server the gateway starts on
+    demand (from zero replicas, at most one) and stops when idle, as `scaling` says."""
+    return {
+        "name": "on-demand",
+        "kind": "process",
+        "command": ["{python}", "-m", "tests.support.fake_upstream", "--port", "{port}"],
+        "ready_path": "/v1/models",
+        "models": models,
+        **extra,
+        "scaling": {"min_replicas": 0, "max_replicas": 1, **scaling},
+    }
+
+
 class FakeUpstream:
     def __init__(self) -> None:
         self.last_headers: dict[str, str] = {}

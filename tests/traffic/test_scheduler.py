@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -270,6 +271,21 @@ class Harness:
         assert not self.pending
 
 
+async def one_slot_taken(
+    max_queue: int,
+    clock: Callable[[], float] = time.monotonic,
+    initial_service_s: float = 1.0,
+    admit_fraction: float = ADMIT_WAIT_FRACTION,
+) -> Harness:
+    """A scheduler with one slot, held by a request tagged `busy`: what follows waits."""
+    scheduler = FairScheduler(
+        1, max_queue, clock, initial_service_s=initial_service_s, admit_fraction=admit_fraction
+    )
+    h = Harness(scheduler)
+    await h.submit("busy")
+    return h
+
+
 async def test_interactive_overtakes_batch() -> None:
     h = Harness(FairScheduler(1, 10, FakeClock()))
     await h.submit("first")
@@ -328,30 +344,26 @@ async def test_a_tenant_back_from_idle_starts_at_the_lowest_active_counter() -> 
 
 async def test_shed_at_once_when_the_deadline_is_out_of_reach() -> None:
     clock = FakeClock()
-    scheduler = FairScheduler(1, 10, clock, initial_service_s=2.0, admit_fraction=1.0)
-    h = Harness(scheduler)
-    await h.submit("busy")
+    h = await one_slot_taken(10, clock, initial_service_s=2.0, admit_fraction=1.0)
     with pytest.raises(Shed) as shed:
-        await scheduler.acquire("t", 1.0, "batch", 10, 10, deadline=clock.now + 1.0)
+        await h.scheduler.acquire("t", 1.0, "batch", 10, 10, deadline=clock.now + 1.0)
     assert shed.value.reason == "deadline_unreachable"
     assert shed.value.retry_after_s == 2.0
     await h.submit("ok", deadline=clock.now + 3.0)
     assert [p[0] for p in h.pending] == ["ok"]
-    assert scheduler.snapshot().shed == {("batch", "deadline_unreachable"): 1}
+    assert h.scheduler.snapshot().shed == {("batch", "deadline_unreachable"): 1}
     await h.drain()
 
 
 async def test_lower_classes_are_shed_first() -> None:
     clock = FakeClock()
-    scheduler = FairScheduler(1, 10, clock, initial_service_s=1.0, admit_fraction=1.0)
-    h = Harness(scheduler)
-    await h.submit("busy")
+    h = await one_slot_taken(10, clock, initial_service_s=1.0, admit_fraction=1.0)
     await h.submit("i0", priority="interactive")
     await h.submit("b0")
     await h.submit("b1")
     deadline = clock.now + 3.0  # batch would wait 4 s (3 ahead), interactive 2 s (1 ahead)
     with pytest.raises(Shed, match="deadline_unreachable"):
-        await scheduler.acquire("t", 1.0, "batch", 10, 10, deadline)
+        await h.scheduler.acquire("t", 1.0, "batch", 10, 10, deadline)
     await h.submit("i1", priority="interactive", deadline=deadline)
     assert len(h.pending) == 4
     await h.drain()
@@ -359,14 +371,12 @@ async def test_lower_classes_are_shed_first() -> None:
 
 async def test_admitted_only_with_a_margin_for_the_estimate_to_err() -> None:
     clock = FakeClock()
-    scheduler = FairScheduler(1, 10, clock, initial_service_s=1.0)
-    h = Harness(scheduler)
-    await h.submit("busy")
+    h = await one_slot_taken(10, clock, initial_service_s=1.0)
     # Expected wait 1 s: it would make a 1.5 s deadline, but a queue under overload sits
     # at its admission limit, where any error in the estimate would cost a late drop.
     tight = clock.now + 0.9 / ADMIT_WAIT_FRACTION
     with pytest.raises(Shed, match="deadline_unreachable"):
-        await scheduler.acquire("t", 1.0, "batch", 10, 10, tight)
+        await h.scheduler.acquire("t", 1.0, "batch", 10, 10, tight)
     await h.submit("ok", deadline=clock.now + 1.1 / ADMIT_WAIT_FRACTION)
     assert [p[0] for p in h.pending] == ["ok"]
     await h.drain()
@@ -374,9 +384,7 @@ async def test_admitted_only_with_a_margin_for_the_estimate_to_err() -> None:
 
 async def test_a_waiter_that_can_no_longer_make_it_is_dropped_at_once() -> None:
     clock = FakeClock()
-    scheduler = FairScheduler(1, 100, clock, initial_service_s=1.0)
-    h = Harness(scheduler)
-    await h.submit("busy")
+    h = await one_slot_taken(100, clock, initial_service_s=1.0)
     doomed = await h.submit("b", deadline=clock.now + 9.5)  # a 1 s wait: admitted
     for i in range(8):
         await h.submit(f"i{i}", tenant="inter", priority="interactive")
@@ -387,16 +395,14 @@ async def test_a_waiter_that_can_no_longer_make_it_is_dropped_at_once() -> None:
     with pytest.raises(Shed) as shed:
         await doomed
     assert shed.value.reason == "deadline_slipped"
-    assert scheduler.snapshot().shed == {("batch", "deadline_slipped"): 1}
-    assert scheduler.snapshot().depth == {"interactive": 9, "batch": 0}
+    assert h.scheduler.snapshot().shed == {("batch", "deadline_slipped"): 1}
+    assert h.scheduler.snapshot().depth == {"interactive": 9, "batch": 0}
     await h.drain()
 
 
 async def test_slower_service_drops_only_the_waiters_at_the_back_that_cannot_make_it() -> None:
     clock = FakeClock()
-    scheduler = FairScheduler(1, 100, clock, initial_service_s=1.0)
-    h = Harness(scheduler)
-    await h.submit("busy")
+    h = await one_slot_taken(100, clock, initial_service_s=1.0)
     tasks = [await h.submit(f"t{i}", tenant="t", deadline=clock.now + 20) for i in range(6)]
     assert not any(task.done() for task in tasks)  # 6 s for the last one, of 20
     clock.now += 3.0
@@ -441,23 +447,19 @@ async def test_requests_held_for_a_cold_start_are_not_dropped_before_their_deadl
 
 
 async def test_dropped_when_its_deadline_passes_in_the_queue() -> None:
-    scheduler = FairScheduler(1, 10, initial_service_s=0.001)  # real clock: a real timer
-    h = Harness(scheduler)
-    await h.submit("busy")
+    h = await one_slot_taken(10, initial_service_s=0.001)  # real clock: a real timer
     started = time.monotonic()
     with pytest.raises(Shed) as shed:
-        await scheduler.acquire("t", 1.0, "batch", 10, 10, deadline=started + 0.05)
+        await h.scheduler.acquire("t", 1.0, "batch", 10, 10, deadline=started + 0.05)
     assert shed.value.reason == "deadline_passed"
     assert 0.04 < time.monotonic() - started < 1.0
-    assert scheduler.snapshot().depth == {"interactive": 0, "batch": 0}
+    assert h.scheduler.snapshot().depth == {"interactive": 0, "batch": 0}
     await h.drain()
 
 
 async def test_an_expired_waiter_is_never_dispatched() -> None:
     clock = FakeClock()
-    scheduler = FairScheduler(1, 10, clock, initial_service_s=0.1)
-    h = Harness(scheduler)
-    await h.submit("busy")
+    h = await one_slot_taken(10, clock, initial_service_s=0.1)
     late = await h.submit("late", deadline=clock.now + 5)
     await h.submit("patient", deadline=clock.now + 50)
     clock.now += 10  # the timer runs on the loop's real clock; the dispatch check catches it
@@ -469,8 +471,7 @@ async def test_an_expired_waiter_is_never_dispatched() -> None:
 
 
 async def test_a_full_queue_displaces_the_newest_lower_class_waiter() -> None:
-    h = Harness(FairScheduler(1, 2, FakeClock()))
-    await h.submit("busy")
+    h = await one_slot_taken(2, FakeClock())
     b1 = await h.submit("b1")
     b2 = await h.submit("b2")
     await h.submit("i1", priority="interactive")
@@ -493,8 +494,7 @@ async def test_a_full_queue_displaces_the_newest_lower_class_waiter() -> None:
 
 
 async def test_a_cancelled_waiter_leaves_the_queue() -> None:
-    h = Harness(FairScheduler(1, 10, FakeClock()))
-    await h.submit("busy")
+    h = await one_slot_taken(10, FakeClock())
     await h.submit("first", tenant="t")
     gone = await h.submit("gone", tenant="t")
     await h.submit("next", tenant="t")
@@ -507,8 +507,7 @@ async def test_a_cancelled_waiter_leaves_the_queue() -> None:
 
 
 async def test_a_waiter_cancelled_just_before_a_release_is_skipped() -> None:
-    h = Harness(FairScheduler(1, 10, FakeClock()))
-    await h.submit("busy")
+    h = await one_slot_taken(10, FakeClock())
     gone = await h.submit("gone", tenant="t")
     await h.submit("next", tenant="t")
     gone.cancel()  # its task has not run its clean-up yet when the slot frees
@@ -522,9 +521,7 @@ async def test_a_waiter_cancelled_just_before_a_release_is_skipped() -> None:
 
 
 async def test_cancelled_right_after_the_grant_gives_the_slot_back() -> None:
-    scheduler = FairScheduler(1, 10, FakeClock())
-    h = Harness(scheduler)
-    await h.submit("busy")
+    h = await one_slot_taken(10, FakeClock())
     granted = await h.submit("granted")
     await h.submit("next")
     slot, _ = h.running.pop(0)
@@ -533,9 +530,9 @@ async def test_cancelled_right_after_the_grant_gives_the_slot_back() -> None:
     await h.settle()
     assert granted.cancelled()
     assert h.order == ["busy", "next"]  # the slot went on to the next, not lost
-    assert scheduler.snapshot().in_flight == 1
+    assert h.scheduler.snapshot().in_flight == 1
     await h.drain()
-    snap = scheduler.snapshot()
+    snap = h.scheduler.snapshot()
     assert (snap.in_flight, snap.depth["batch"]) == (0, 0)
     assert snap.counters["granted"] == 100.0  # its lifted start: the estimate was refunded
 

@@ -89,6 +89,7 @@ def weights(s3_endpoint: str) -> Weights:
     for prefix, files in models.items():
         for name, content in files.items():
             _upload(client, f"{prefix}/{name}", content)
+    client.close()  # else its pooled socket may warn (an error here) whenever it is collected
     return Weights(s3_endpoint, {p: Model(p, f) for p, f in models.items()})
 
 

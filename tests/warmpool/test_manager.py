@@ -153,6 +153,9 @@ class MemorySource:
     async def read_range(self, obj: RemoteObject, start: int, stop: int) -> bytes:
         return self.files[obj.name][start:stop]
 
+    async def read_into(self, obj: RemoteObject, start: int, buffer: memoryview) -> None:
+        buffer[:] = self.files[obj.name][start : start + len(buffer)]
+
 
 def _md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()

@@ -18,6 +18,7 @@ import openai
 
 from backends.worker.tiny_model import write_tiny_chat_model
 from tests.conftest import GatewayFactory, hash_of
+from tests.support.fake_upstream import on_demand_backend
 from tests.support.processes import Gateway
 
 KEY = "sk-test-coldstart-0123456789"
@@ -35,22 +36,8 @@ def process_config(tmp_path: Path, backend: dict[str, Any], **extra: Any) -> dic
 
 def fake_process_backend(**scaling: Any) -> dict[str, Any]:
     """The fake upstream as a model server the gateway starts on demand."""
-    return {
-        "name": "on-demand",
-        "kind": "process",
-        "command": ["{python}", "-m", "tests.support.fake_upstream", "--port", "{port}"],
-        "ready_path": "/v1/models",
-        "models": ["echo", "slow"],
-        "max_concurrency": 4,
-        "scaling": {
-            "min_replicas": 0,
-            "max_replicas": 1,
-            "idle_s": 0.5,
-            "last_replica_idle_s": 1.0,
-            "stable_window_s": 1.0,
-            **scaling,
-        },
-    }
+    quick = {"idle_s": 0.5, "last_replica_idle_s": 1.0, "stable_window_s": 1.0}
+    return on_demand_backend(["echo", "slow"], {**quick, **scaling}, max_concurrency=4)
 
 
 def metric(gw: Gateway, name: str) -> float:
@@ -187,6 +174,7 @@ def test_bundled_worker_cold_starts_from_weights_staged_out_of_s3(
     s3.create_bucket(Bucket="coldstart")
     for file in sorted(model_dir.iterdir()):
         s3.put_object(Bucket="coldstart", Key=f"tiny/{file.name}", Body=file.read_bytes())
+    s3.close()
     backend = {
         "name": "tiny",
         "kind": "process",

@@ -1,0 +1,247 @@
+"""Time limits a client's request lives under, through a real gateway process: its deadline
+bounds the upstream attempt (not only the queue), and its body must arrive in time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from aiohttp import web
+
+from backends.http import HttpTimeouts, HttpUpstream
+from backends.providers.replicas import Replica
+from gateway.errors import DeadlineExceeded
+from gateway.forward import Pool, attempt_upstream
+from gateway.metrics import Metrics
+from gateway.replicas import ReplicaSet
+from gateway.retry import RetryBudget
+from gateway.scheduler import FairScheduler
+from tests.conftest import fake_backend, hash_of
+from tests.support.fake_upstream import MODELS
+from tests.support.processes import Gateway, free_port, start_gateway
+
+KEY = "sk-test-deadline-0123456789abcdef"
+BODY_TIMEOUT_S = 1.0
+READ_S = 2.5
+OTHERS = [model for model in MODELS if model != "hang-midstream"]
+
+
+@pytest.fixture(scope="module")
+def gateway(fake_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    work = tmp_path_factory.mktemp("deadlines")
+    config = {
+        "state": {"url": "memory", "path": str(work / "state.json")},
+        "limits": {"body_timeout_s": BODY_TIMEOUT_S},
+        # read_s (first byte, then between chunks) is beyond every client deadline here.
+        # Each test of a deadline has a backend (and a queue) of its own: a queue sheds
+        # requests whose deadline is shorter than its backend's mean service time, which
+        # requests cut at their deadline raise to about that deadline.
+        "backends": [
+            fake_backend(fake_upstream, models=OTHERS, timeouts={"read_s": READ_S}),
+            *(
+                fake_backend(fake_upstream, name=name, models=[name], timeouts={"read_s": READ_S})
+                for name in ("slow-whole", "slow-streamed")
+            ),
+            fake_backend(
+                fake_upstream,
+                name="streams",
+                models=["hang-midstream"],
+                timeouts={"read_s": READ_S},
+            ),
+        ],
+        "cache": {"enabled": False},
+        "tenants": [{"name": "alpha", "keys": [{"sha256": hash_of(KEY)}]}],
+    }
+    gw = start_gateway(config, work)
+    yield gw
+    gw.stop()
+
+
+def post(gateway: Gateway, body: dict[str, Any], timeout_s: str) -> tuple[httpx.Response, float]:
+    headers = {"authorization": f"Bearer {KEY}", "x-request-timeout": timeout_s}
+    started = time.monotonic()
+    response = httpx.post(
+        gateway.base_url + "/chat/completions", json=body, headers=headers, timeout=30
+    )
+    return response, time.monotonic() - started
+
+
+def chat(model: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+@pytest.mark.parametrize("model", ["slow-whole", "slow-streamed"])
+def test_slow_upstream_gets_504_just_before_the_clients_deadline(
+    gateway: Gateway, fake_upstream: str, model: str
+) -> None:
+    upstream_port = int(fake_upstream.split(":")[2].split("/")[0])
+    assert gateway.server.process is not None
+    before = upstream_connections(gateway.server.process.pid, upstream_port)
+    response, seconds = post(gateway, chat(model, x_delay=4, stream=model == "slow-streamed"), "2")
+    assert response.status_code == 504, response.text
+    assert response.json()["error"] == {
+        "message": f"The request's deadline passed before the upstream '{model}' answered.",
+        "type": "timeout_error",
+        "param": None,
+        "code": "deadline_exceeded",
+    }
+    # Not the read timeout (2.5 s), and before the client would have given up on its own.
+    assert 1.5 <= seconds < 2.0, seconds
+    # The upstream request was cancelled: its connection is closed, not left to the upstream.
+    wait_until(lambda: upstream_connections(gateway.server.process.pid, upstream_port) <= before)
+
+
+def test_a_started_stream_is_not_cut_by_the_deadline(gateway: Gateway) -> None:
+    """Two events arrive at once, then the upstream hangs: the client keeps its stream past
+    its deadline (1.5 s) until the backend's read timeout (2.5 s) ends it."""
+    headers = {"authorization": f"Bearer {KEY}", "x-request-timeout": "1.5"}
+    body = chat("hang-midstream", stream=True)
+    started = time.monotonic()
+    with httpx.stream(
+        "POST", gateway.base_url + "/chat/completions", json=body, headers=headers, timeout=30
+    ) as response:
+        assert response.status_code == 200
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    seconds = time.monotonic() - started
+    assert len(events) == 3, events
+    assert orjson.loads(events[-1][6:])["error"]["code"] == "upstream_timeout"
+    assert seconds >= READ_S, seconds
+
+
+def test_answers_within_the_deadline_are_untouched(gateway: Gateway) -> None:
+    response, _ = post(gateway, chat("slow", x_delay=0.2), "2")
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "echo: hi"
+
+
+def test_a_body_dribbled_past_the_limit_gets_408_and_the_connection_closes(
+    gateway: Gateway,
+) -> None:
+    body = orjson.dumps(chat("echo"))
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(head + body[:5])
+        sock.settimeout(0.2)
+        received = b""
+        for byte in body[5:]:
+            try:
+                received += sock.recv(65536)
+            except TimeoutError:
+                sock.sendall(bytes([byte]))  # one byte every 0.2 s: never done in time
+                continue
+            break
+        sock.settimeout(10)
+        while chunk := sock.recv(65536):  # the gateway hangs up after its answer
+            received += chunk
+        seconds = time.monotonic() - started
+    head_part, _, payload = received.partition(b"\r\n\r\n")
+    assert head_part.startswith(b"HTTP/1.1 408 "), received
+    assert orjson.loads(payload)["error"] == {
+        "message": f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "request_timeout",
+    }
+    assert BODY_TIMEOUT_S <= seconds < BODY_TIMEOUT_S + 3, seconds
+
+
+def test_a_body_sent_in_time_is_served(gateway: Gateway) -> None:
+    response, _ = post(gateway, chat("echo"), "5")
+    assert response.status_code == 200, response.text
+
+
+def upstream_connections(pid: int, port: int) -> int:
+    """Established TCP connections of process `pid` to loopback `port` (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink().name
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] == "01" and fields[9] in inodes:
+                count += 1
+    return count
+
+
+def wait_until(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time limit"
+        time.sleep(0.05)
+
+
+async def test_a_streams_first_byte_counts_toward_the_deadline() -> None:
+    """An upstream that sends a stream's headers at once but its first event late: the
+    deadline still applies until that event; one in time is relayed whole, first bytes
+    included. (The fake upstream sends headers and first event together: an aiohttp server
+    here.)"""
+    async with stream_server() as base_url:
+        pool = one_replica_pool(base_url)
+        deadline = time.monotonic() + 0.5
+        with pytest.raises(DeadlineExceeded):
+            await attempt_upstream(
+                pool, "/late", b"{}", "req-1", deadline, Metrics(), streamed=True
+            )
+        assert time.monotonic() - deadline < 0.3
+        assert [h.in_flight for h in pool.replicas.handles.values()] == [0]
+        upstream, handle = await attempt_upstream(
+            pool, "/prompt", b"{}", "req-2", time.monotonic() + 0.5, Metrics(), streamed=True
+        )
+        assert b"".join([chunk async for chunk in upstream.chunks()]) == EVENT * 2
+        pool.finished(handle)
+        await pool.replicas.close()
+
+
+EVENT = b'data: {"n": 1}\n\n'
+
+
+@contextlib.asynccontextmanager
+async def stream_server() -> AsyncIterator[str]:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)  # the headers go out now
+        if request.path.endswith("/late"):
+            await asyncio.sleep(5)
+        await response.write(EVENT)
+        await response.write(EVENT)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/{name}", answer)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        await runner.cleanup()
+
+
+def one_replica_pool(base_url: str) -> Pool:
+    def upstream(url: str) -> HttpUpstream:
+        return HttpUpstream(url, None, HttpTimeouts(1.0, 30.0, None), 4)
+
+    pool = Pool("late", ReplicaSet(upstream, lambda: None), FairScheduler(0, 4), RetryBudget(), 4)
+    pool.adopt([Replica("r1", base_url)])
+    return pool
