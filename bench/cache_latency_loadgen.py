@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.loadgen import PipedChild
 
 
 @dataclass(frozen=True)
@@ -56,46 +54,14 @@ class CacheRoundResult:
         return self.completed / self.duration_s if self.duration_s > 0 else 0.0
 
 
-class CacheLoadGenerator:
+class CacheLoadGenerator(PipedChild):
     """The parent's handle on the child process."""
 
     def __init__(self) -> None:
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> CacheLoadGenerator:
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "bench.cache_latency_loadgen"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            cwd=ROOT,
-        )
-        return self
+        super().__init__("bench.cache_latency_loadgen")
 
     def run(self, spec: CacheRoundSpec) -> CacheRoundResult:
-        process = self._process
-        if process is None or process.stdin is None or process.stdout is None:
-            raise RuntimeError("load generator not started")
-        process.stdin.write(orjson.dumps(spec.__dict__) + b"\n")
-        process.stdin.flush()
-        line = process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"load generator exited ({process.wait()})")
-        return CacheRoundResult(**orjson.loads(line))
-
-    def stop(self) -> None:
-        process = self._process
-        if process is None:
-            return
-        self._process = None
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        return CacheRoundResult(**orjson.loads(self.ask(orjson.dumps(spec.__dict__))))
 
 
 # --- the child process -------------------------------------------------------------------

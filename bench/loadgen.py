@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
@@ -60,31 +60,34 @@ class RoundResult:
         return self.completed / self.duration_s if self.duration_s > 0 else 0.0
 
 
-class LoadGenerator:
-    """The parent's handle on a load-generator child process."""
+class PipedChild:
+    """`python -m MODULE` as a child process that answers each JSON line on its stdin with
+    one JSON line on its stdout; EOF on stdin ends it. The load generators' parent side."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: str, stop_timeout_s: float = 10.0) -> None:
+        self._module = module
+        self._stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> LoadGenerator:
+    def start(self) -> Self:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "bench.loadgen"],
+            [sys.executable, "-m", self._module],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=ROOT,
         )
         return self
 
-    def run(self, spec: RoundSpec) -> RoundResult:
+    def ask(self, request: bytes) -> bytes:
         process = self._process
         if process is None or process.stdin is None or process.stdout is None:
             raise RuntimeError("load generator not started")
-        process.stdin.write(orjson.dumps(spec.__dict__) + b"\n")
+        process.stdin.write(request + b"\n")
         process.stdin.flush()
         line = process.stdout.readline()
         if not line:
             raise RuntimeError(f"load generator exited ({process.wait()})")
-        return RoundResult(**orjson.loads(line))
+        return line
 
     def stop(self) -> None:
         process = self._process
@@ -94,18 +97,28 @@ class LoadGenerator:
         if process.stdin is not None:
             process.stdin.close()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=self._stop_timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
 
-    def __enter__(self) -> LoadGenerator:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class LoadGenerator(PipedChild):
+    """The parent's handle on a load-generator child process."""
+
+    def __init__(self) -> None:
+        super().__init__("bench.loadgen")
+
+    def run(self, spec: RoundSpec) -> RoundResult:
+        return RoundResult(**orjson.loads(self.ask(orjson.dumps(spec.__dict__))))
 
 
 # --- the child process -------------------------------------------------------------------

@@ -19,16 +19,14 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.loadgen import PipedChild
 
 
 @dataclass(frozen=True)
@@ -80,46 +78,14 @@ class PhaseResult:
         return PhaseResult(**data)
 
 
-class OpenLoopGenerator:
+class OpenLoopGenerator(PipedChild):
     """The parent's handle on the load-generator child process."""
 
     def __init__(self) -> None:
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> OpenLoopGenerator:
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "bench.overload_loadgen"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            cwd=ROOT,
-        )
-        return self
+        super().__init__("bench.overload_loadgen", stop_timeout_s=15)
 
     def run(self, spec: PhaseSpec) -> PhaseResult:
-        process = self._process
-        if process is None or process.stdin is None or process.stdout is None:
-            raise RuntimeError("load generator not started")
-        process.stdin.write(spec.to_json() + b"\n")
-        process.stdin.flush()
-        line = process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"load generator exited ({process.wait()})")
-        return PhaseResult.from_json(line)
-
-    def stop(self) -> None:
-        process = self._process
-        if process is None:
-            return
-        self._process = None
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        return PhaseResult.from_json(self.ask(spec.to_json()))
 
 
 # --- the child process -------------------------------------------------------------------
