@@ -78,9 +78,6 @@ class HttpUpstream:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
 
-    async def start(self) -> None:
-        self.open()
-
     def open(self) -> None:
         """Creates the pooled session (needs a running event loop; does not wait)."""
         connector = aiohttp.TCPConnector(
@@ -124,7 +121,7 @@ class HttpUpstream:
         body: bytes | None,
         headers: Mapping[str, str],
     ) -> UpstreamResponse:
-        assert self._session is not None, "start() the upstream first"
+        assert self._session is not None, "open() the upstream first"
         try:
             response = await self._session.request(
                 method,

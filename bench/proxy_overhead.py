@@ -1,11 +1,15 @@
-"""What the gateway adds to a request: direct calls to a fast upstream vs calls through it.
+"""What the gateway adds to a request: direct calls to a fast upstream vs calls through it,
+and vs calls through a skeleton proxy.
 
-Starts the fake upstream (tests/support/fake_upstream.py, model `echo`) and a gateway in
-front of it, then, for each (concurrency, stream) in (1, 64) x (false, true), alternates
-short rounds direct / gateway / direct / gateway ... after a warm-up round of each, so that
-noise on a shared machine falls on both alike. The load comes from a separate process
-(bench/loadgen.py: aiohttp, keep-alive, `concurrency` closed-loop workers, a small
-pre-serialised chat body; a streamed answer is timed until its last byte).
+Starts the fake upstream (tests/support/fake_upstream.py, model `echo`), a gateway in front
+of it and the skeleton (bench/skeleton_proxy.py: a raw ASGI app served with the gateway's
+uvicorn settings, in its own process, that checks the bearer key, counts the request and
+relays the body unparsed through a pooled aiohttp session: about the least a Python proxy
+can do), then, for each (concurrency, stream) in (1, 64) x (false, true), runs short rounds
+direct / gateway / skeleton / direct / gateway / skeleton ... after a warm-up round of
+each, so that noise on a shared machine falls on all three alike. The load comes from a
+separate process (bench/loadgen.py: aiohttp, keep-alive, `concurrency` closed-loop workers,
+a small pre-serialised chat body; a streamed answer is timed until its last byte).
 
 Prints JSON lines only (progress goes to stderr), each with parameters concurrency and
 stream:
@@ -14,7 +18,14 @@ stream:
     throughput_gateway_rps, throughput_direct_rps, throughput_ratio (gateway / direct)
     gateway_rss_mb                               VmRSS of the gateway after those rounds
 
-and, to judge the numbers: latency_{direct,gateway}_p50_ms / _p99_ms; gateway_cpu_ms_per_req
+against the skeleton, measured in the same run with the same load:
+
+    throughput_skeleton_rps, skeleton_cpu_ms_per_req (its CPU time per request)
+    throughput_ratio_vs_skeleton                 gateway req/s / skeleton req/s
+    cpu_ms_per_req_vs_skeleton                   gateway CPU ms/req / skeleton CPU ms/req
+
+and, to judge the numbers: latency_{direct,gateway,skeleton}_p50_ms / _p99_ms;
+gateway_cpu_ms_per_req
 (the gateway's own CPU time per request through it) and gateway_cpu_cores (its CPU seconds
 per second during the gateway rounds: near 1.0 means the single-process gateway was the
 bottleneck, well below means the machine was); and loadgen_ceiling_rps (requests per
@@ -54,7 +65,12 @@ import orjson  # noqa: E402
 
 from bench.loadgen import LoadGenerator, RoundResult, RoundSpec  # noqa: E402
 from bench.measure import cpu_seconds, percentile  # noqa: E402
-from tests.support.processes import Gateway, ServerProcess, start_fake_upstream  # noqa: E402
+from tests.support.processes import (  # noqa: E402
+    Gateway,
+    ServerProcess,
+    free_port,
+    start_fake_upstream,
+)
 from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
 
 BENCH = "proxy_overhead"
@@ -84,7 +100,7 @@ class Series:
     errors: int = 0
     first_error: str | None = None
     loadgen_cpu_s: float = 0.0
-    server_cpu_s: float = 0.0  # the gateway's CPU time, for gateway rounds
+    server_cpu_s: float = 0.0  # the proxy's CPU time, for gateway and skeleton rounds
 
     def add(self, result: RoundResult, server_cpu_s: float) -> None:
         self.latencies_ms.extend(result.latencies_ms)
@@ -137,10 +153,21 @@ def gateway_config(upstream_url: str, work_dir: Path) -> dict[str, Any]:
     }
 
 
-def check_answers(direct_url: str, gateway_url: str) -> None:
+def start_skeleton(upstream_url: str, work_dir: Path) -> tuple[ServerProcess, str]:
+    port = free_port()
+    command = [sys.executable, "-m", "bench.skeleton_proxy", "--port", str(port)]
+    server = ServerProcess(
+        [*command, "--upstream", upstream_url, "--key", KEY],
+        f"http://127.0.0.1:{port}/healthz",
+        work_dir / f"skeleton-{port}.log",
+    ).start()
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+def check_answers(*urls: str) -> None:
     """One request each way, so that a misconfiguration fails loudly rather than fast."""
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    for url in (direct_url, gateway_url):
+    for url in urls:
         for stream in (False, True):
             response = httpx.post(url, content=chat_body(stream), headers=headers, timeout=10)
             done = not stream or "data: [DONE]" in response.text
@@ -148,48 +175,60 @@ def check_answers(direct_url: str, gateway_url: str) -> None:
                 raise RuntimeError(f"{url} stream={stream}: {response.status_code} {response.text}")
 
 
+TARGETS = ("direct", "gateway", "skeleton")
+
+
 class Bench:
-    def __init__(self, plan: Plan, loadgen: LoadGenerator, gateway: Gateway, upstream_url: str):
+    def __init__(
+        self,
+        plan: Plan,
+        loadgen: LoadGenerator,
+        upstream_url: str,
+        gateway: Gateway,
+        skeleton: tuple[ServerProcess, str],
+    ):
         self.plan = plan
         self.loadgen = loadgen
         self.gateway_pid = _pid(gateway.server)
         headers = {"Content-Type": "application/json"}
-        self.targets = {
-            "direct": (upstream_url + CHAT_PATH, headers),
-            "gateway": (
-                gateway.base_url + CHAT_PATH,
-                {**headers, "Authorization": f"Bearer {KEY}"},
-            ),
+        with_key = {**headers, "Authorization": f"Bearer {KEY}"}
+        # target: (url, headers, the pid whose CPU time the round measures, if any)
+        self.targets: dict[str, tuple[str, dict[str, str], int | None]] = {
+            "direct": (upstream_url + CHAT_PATH, headers, None),
+            "gateway": (gateway.base_url + CHAT_PATH, with_key, self.gateway_pid),
+            "skeleton": (skeleton[1] + CHAT_PATH, with_key, _pid(skeleton[0])),
         }
         self.failed = False
 
     def round(
         self, target: str, concurrency: int, stream: bool, seconds: float
     ) -> tuple[RoundResult, float]:
-        url, headers = self.targets[target]
+        url, headers, pid = self.targets[target]
         spec = RoundSpec(url, headers, chat_body(stream), concurrency, seconds, stream)
-        cpu_before = cpu_seconds(self.gateway_pid)
+        cpu_before = cpu_seconds(pid) if pid is not None else 0.0
         result = self.loadgen.run(spec)
-        return result, cpu_seconds(self.gateway_pid) - cpu_before
+        return result, cpu_seconds(pid) - cpu_before if pid is not None else 0.0
 
     def combination(self, concurrency: int, stream: bool) -> None:
         plan = self.plan
         progress(f"concurrency={concurrency} stream={stream}: warm-up")
-        for target in ("direct", "gateway"):
+        for target in TARGETS:
             self.round(target, concurrency, stream, plan.warm_up_s)
-        series = {"direct": Series(), "gateway": Series()}
+        series = {target: Series() for target in TARGETS}
         for index in range(plan.pairs):
-            for target in ("direct", "gateway"):
-                result, gateway_cpu = self.round(target, concurrency, stream, plan.round_s)
-                series[target].add(result, gateway_cpu)
+            for target in TARGETS:
+                result, server_cpu = self.round(target, concurrency, stream, plan.round_s)
+                series[target].add(result, server_cpu)
                 progress(
-                    f"  round {index + 1}/{plan.pairs} {target:7}: {result.rps:8.1f} req/s, "
+                    f"  round {index + 1}/{plan.pairs} {target:8}: {result.rps:8.1f} req/s, "
                     f"p50 {percentile(result.latencies_ms, 50):.3f} ms"
                     + (f", {result.errors} errors" if result.errors else "")
                 )
-        self.report(concurrency, stream, series["direct"], series["gateway"])
+        self.report(concurrency, stream, series["direct"], series["gateway"], series["skeleton"])
 
-    def report(self, concurrency: int, stream: bool, direct: Series, gateway: Series) -> None:
+    def report(
+        self, concurrency: int, stream: bool, direct: Series, gateway: Series, skeleton: Series
+    ) -> None:
         params = {"concurrency": concurrency, "stream": stream}
         d50, d99 = percentile(direct.latencies_ms, 50), percentile(direct.latencies_ms, 99)
         g50, g99 = percentile(gateway.latencies_ms, 50), percentile(gateway.latencies_ms, 99)
@@ -204,15 +243,29 @@ class Bench:
         emit("latency_direct_p99_ms", round(d99, 3), "ms", **params)
         emit("latency_gateway_p50_ms", round(g50, 3), "ms", **params)
         emit("latency_gateway_p99_ms", round(g99, 3), "ms", **params)
+        s50, s99 = percentile(skeleton.latencies_ms, 50), percentile(skeleton.latencies_ms, 99)
+        emit("latency_skeleton_p50_ms", round(s50, 3), "ms", **params)
+        emit("latency_skeleton_p99_ms", round(s99, 3), "ms", **params)
+        emit("throughput_skeleton_rps", round(skeleton.rps, 1), "req/s", **params)
+        ratio = gateway.rps / skeleton.rps if skeleton.rps else float("nan")
+        emit("throughput_ratio_vs_skeleton", round(ratio, 3), "ratio", **params)
         if gateway.completed:
             per_request = gateway.server_cpu_s / gateway.completed * 1000.0
             emit("gateway_cpu_ms_per_req", round(per_request, 3), "ms", **params)
             cores = gateway.server_cpu_s / gateway.seconds
             emit("gateway_cpu_cores", round(cores, 3), "ratio", **params)
+        if skeleton.completed:
+            skeleton_per_request = skeleton.server_cpu_s / skeleton.completed * 1000.0
+            emit("skeleton_cpu_ms_per_req", round(skeleton_per_request, 3), "ms", **params)
+            cores = skeleton.server_cpu_s / skeleton.seconds
+            emit("skeleton_cpu_cores", round(cores, 3), "ratio", **params)
+            if gateway.completed:
+                cpu_ratio = per_request / skeleton_per_request
+                emit("cpu_ms_per_req_vs_skeleton", round(cpu_ratio, 3), "ratio", **params)
         if direct.loadgen_cpu_s:
             ceiling = direct.completed / direct.loadgen_cpu_s
             emit("loadgen_ceiling_rps", round(ceiling, 1), "req/s", **params)
-        for name, series in (("direct", direct), ("gateway", gateway)):
+        for name, series in (("direct", direct), ("gateway", gateway), ("skeleton", skeleton)):
             if series.errors:
                 self.failed = True
                 progress(f"{name}: {series.errors} failed requests, first: {series.first_error}")
@@ -236,13 +289,17 @@ def main(argv: list[str] | None = None) -> int:
         work_dir = Path(tmp)
         upstream: ServerProcess | None = None
         gateway: Gateway | None = None
+        skeleton: tuple[ServerProcess, str] | None = None
         loadgen = LoadGenerator()
         try:
             upstream, upstream_url = start_fake_upstream(work_dir)
             gateway = start_gateway_process(gateway_config(upstream_url, work_dir), work_dir)
-            check_answers(upstream_url + CHAT_PATH, gateway.base_url + CHAT_PATH)
-            progress(f"upstream {upstream_url}, gateway {gateway.base_url}")
-            bench = Bench(plan, loadgen.start(), gateway, upstream_url)
+            skeleton = start_skeleton(upstream_url, work_dir)
+            check_answers(
+                *(url + CHAT_PATH for url in (upstream_url, gateway.base_url, skeleton[1]))
+            )
+            progress(f"upstream {upstream_url}, gateway {gateway.base_url}, skeleton {skeleton[1]}")
+            bench = Bench(plan, loadgen.start(), upstream_url, gateway, skeleton)
             for concurrency, stream in COMBINATIONS:
                 bench.combination(concurrency, stream)
             failed = bench.failed
@@ -250,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             loadgen.stop()
             if gateway is not None:
                 gateway.stop()
+            if skeleton is not None:
+                skeleton[0].stop()
             if upstream is not None:
                 upstream.stop()
     progress(f"done in {time.monotonic() - started:.1f} s")

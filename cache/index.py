@@ -298,10 +298,6 @@ class VectorIndex:
     def get(self, namespace: str) -> NamespaceIndex | None:
         return self._namespaces.get(namespace)
 
-    def size(self, namespace: str) -> int:
-        index = self._namespaces.get(namespace)
-        return 0 if index is None else len(index)
-
     def add(self, namespace: str, ids: Sequence[str], vectors: Vector) -> int:
         while True:  # retried only when a drop or cleanup retired the index meanwhile
             with self._lock:

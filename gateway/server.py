@@ -6,19 +6,34 @@ import asyncio
 import signal
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.accesslog import configure_logging
-from gateway.app import create_app
-from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
 
 
 def serve(settings: Settings, host: str, port: int) -> int:
+    from gateway.app import create_app  # here: the bench's skeleton imports only the config
+
     configure_logging(settings.log_level)
-    config = uvicorn.Config(
-        create_app(settings),
+    server = uvicorn.Server(uvicorn_config(create_app(settings), host, port))
+    # uvicorn drains on SIGTERM, restores this handler and raises the signal again: a
+    # gateway that drained cleanly exits 0.
+    signal.signal(signal.SIGTERM, _exit_after_drain)
+    server.run()
+    return 0 if server.started else 1
+
+
+def uvicorn_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:
+    """The gateway's uvicorn settings (bench/skeleton_proxy.py serves its baseline with them)."""
+    return uvicorn.Config(
+        app,
         host=host,
         port=port,
         loop="uvloop",
@@ -31,12 +46,6 @@ def serve(settings: Settings, host: str, port: int) -> int:
         timeout_graceful_shutdown=10,
         backlog=2048,
     )
-    server = uvicorn.Server(config)
-    # uvicorn drains on SIGTERM, restores this handler and raises the signal again: a
-    # gateway that drained cleanly exits 0.
-    signal.signal(signal.SIGTERM, _exit_after_drain)
-    server.run()
-    return 0 if server.started else 1
 
 
 # How long a client may take to send a request's headers (nginx allows 60 s, Apache 20 to

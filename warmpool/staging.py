@@ -178,9 +178,6 @@ class WeightStager:
         """Never evict this model to make room (`staged: always`); `stage()` it to fetch it."""
         self._pinned.add(model)
 
-    def unpin(self, model: str) -> None:
-        self._pinned.discard(model)
-
     def touch(self, model: str) -> None:
         """Mark a use: the least recently used models are evicted first."""
         self._last_used[model] = self._clock()

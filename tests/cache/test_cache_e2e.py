@@ -93,15 +93,21 @@ def stored(gw: Gateway, prompt: str, **kw: Any) -> httpx.Response:
 
 
 def test_exact_repeat_is_served_from_cache(gateway: Gateway, upstream: str) -> None:
+    asked = time.time()  # the entry is created after this and before `stored` returns
     stored(gateway, "What is the capital of Australia?")
+    in_cache = time.time()
+    time.sleep(1.5)
     before = upstream_calls(upstream)
+    sent = time.time()
     again = ask(gateway, "What is the capital of Australia?")
+    answered = time.time()
     assert upstream_calls(upstream) == before
     assert again.headers["x-cache-tier"] == "exact"
     assert content(again) == "echo: What is the capital of Australia?"
     usage = again.json()["usage"]
     assert usage["total_tokens"] == 0 and usage["saved_tokens"] > 0
-    assert int(again.headers["age"]) >= 0
+    # Whole seconds since the entry was created (the gateway's clock is this one): at least 1.
+    assert int(sent - in_cache) <= int(again.headers["age"]) <= int(answered - asked)
 
 
 def test_case_and_punctuation_variant_hits_normalized_tier(gateway: Gateway) -> None:
