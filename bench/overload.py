@@ -89,6 +89,7 @@ to a fraction `failure_rate` (0.1, 0.5, 0.9, 1.0) of attempts, drawn at random:
     naive_attempts_per_request  what 3 attempts without a budget would cost: 1 + f + f^2
     success_share               incoming requests answered 200
     client_timeouts             as above
+    other_answers               as above, in all and by status and code
 
 with `retry_budget_ratio` 0.1 and `breaker` false (the budget alone, comparable to the
 SRE book's 10% budget: ~3x down to ~1.1x), and the deployed defaults (0.2, breaker on; at
