@@ -57,17 +57,22 @@ class ChatShape:
     answer_object = "chat.completion"
     chunk_object = "chat.completion.chunk"
 
-    def choice(self, text: str, finish_reason: str) -> Json:
+    def choice(self, index: int, text: str, finish_reason: str) -> Json:
         message = {"role": "assistant", "content": text, "refusal": None}
-        return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+        return {
+            "index": index,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
 
-    def chunk_choice(self, text: str | None, finish_reason: str | None = None) -> Json:
+    def chunk_choice(self, index: int, text: str | None, finish_reason: str | None = None) -> Json:
         delta = {} if text is None else {"content": text}
-        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
 
-    def opening_choice(self) -> Json | None:
+    def opening_choice(self, index: int) -> Json | None:
         delta = {"role": "assistant", "content": ""}
-        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
 
 
 class TextShape:
@@ -75,13 +80,18 @@ class TextShape:
     answer_object = "text_completion"
     chunk_object = "text_completion"
 
-    def choice(self, text: str, finish_reason: str) -> Json:
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+    def choice(self, index: int, text: str, finish_reason: str) -> Json:
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
 
-    def chunk_choice(self, text: str | None, finish_reason: str | None = None) -> Json:
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+    def chunk_choice(self, index: int, text: str | None, finish_reason: str | None = None) -> Json:
+        return {
+            "index": index,
+            "text": text or "",
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
 
-    def opening_choice(self) -> Json | None:
+    def opening_choice(self, index: int) -> Json | None:
         return None
 
 

@@ -13,7 +13,7 @@ import torch
 
 from backends.worker.config import GenerationLimits, ModelSpec
 from backends.worker.errors import ContextLengthExceeded, InvalidRequest
-from backends.worker.sampling import SamplingParams, make_generator, sample_token
+from backends.worker.sampling import SamplingParams, make_generator, sample_tokens
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -73,7 +73,7 @@ class ChatModel:
     def probe(self) -> int:
         """Write one token greedily: a real forward pass through the serving path."""
         prompt = self.text_prompt("Hello")
-        return self.start(prompt, SamplingParams(max_tokens=1, temperature=0)).step()
+        return self.start(prompt, SamplingParams(max_tokens=1, temperature=0)).step()[0]
 
     def chat_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         if self._tokenizer.chat_template is None:
@@ -117,8 +117,8 @@ class ChatModel:
         wanted = limits.default_max_tokens if requested is None else requested
         return min(wanted, limits.max_tokens, room)
 
-    def start(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        return Generation(self._model, prompt_ids, params)
+    def start(self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1) -> Generation:
+        return Generation(self._model, prompt_ids, params, n)
 
     def _encode(self, text: str) -> list[int]:
         # Chat templates write their own special tokens, so the tokenizer adds none.
@@ -127,27 +127,50 @@ class ChatModel:
 
 
 class Generation:
-    """One answer being written: the KV cache and the sampler's state between steps."""
+    """`n` answers to one prompt being written together, one row of a batch each.
+
+    The prompt goes through the model once; its KV cache is then copied to `n` rows, and
+    every later step is one forward pass for all the answers still being written. Each
+    answer samples with its own generator (see `make_generator`).
+    """
 
     def __init__(
-        self, model: PreTrainedModel, prompt_ids: Sequence[int], params: SamplingParams
+        self,
+        model: PreTrainedModel,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        n: int = 1,
     ) -> None:
         self._model = model
         self._params = params
-        self._generator = make_generator(params.seed, model.device)
+        self._generators = [make_generator(params.seed, model.device, j) for j in range(n)]
         self._next_input = torch.tensor([list(prompt_ids)], device=model.device)
         self._cache: Any = None
 
-    def step(self) -> int:
-        """Run one forward pass (the whole prompt on the first call) and pick a token."""
+    def step(self) -> list[int]:
+        """Run one forward pass (the prompt on the first call); one new token per row."""
+        rows = len(self._generators)
         with torch.inference_mode():
             output = self._model(
                 input_ids=self._next_input, past_key_values=self._cache, use_cache=True
             )
             self._cache = output.past_key_values
-            token = sample_token(output.logits[0, -1], self._params, self._generator)
-        self._next_input = torch.tensor([[token]], device=self._model.device)
-        return token
+            logits = output.logits[:, -1]
+            if logits.shape[0] != rows:  # the prompt's one row: the answers branch off here
+                logits = logits.expand(rows, -1)
+                self._cache.batch_repeat_interleave(rows)
+            tokens = sample_tokens(logits, self._params, self._generators)
+        self._next_input = torch.tensor([[token] for token in tokens], device=self._model.device)
+        return tokens
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Go on with these rows only (positions in the current batch), in this order."""
+        if list(rows) == list(range(len(self._generators))):
+            return
+        index = torch.tensor(list(rows), dtype=torch.long, device=self._next_input.device)
+        self._cache.batch_select_indices(index)
+        self._next_input = self._next_input[index]
+        self._generators = [self._generators[row] for row in rows]
 
 
 def _end_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

@@ -8,9 +8,23 @@ from __future__ import annotations
 
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from backends.worker.errors import InvalidRequest
+
+MAX_N = 128
+# What OpenAI's completions accept as `prompt`: one text, several, one prompt as token ids,
+# or several as token ids.
+PromptValue = str | list[str] | list[StrictInt] | list[list[StrictInt]]
 
 
 class Body(BaseModel):
@@ -26,7 +40,8 @@ class SamplingRequest(Body):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    n: Literal[1] | None = None
+    # Answers per prompt; OpenAI's bound.
+    n: int | None = Field(default=None, ge=1, le=MAX_N)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
@@ -69,7 +84,23 @@ class ChatCompletionRequest(SamplingRequest):
 
 
 class CompletionRequest(SamplingRequest):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: PromptValue
+
+    @field_validator("prompt", mode="wrap")
+    @classmethod
+    def _one_of_the_prompt_forms(
+        cls, value: object, handler: ValidatorFunctionWrapHandler
+    ) -> PromptValue:
+        # One message naming the forms, rather than pydantic's complaint about the first.
+        try:
+            prompt: PromptValue = handler(value)
+        except ValidationError:
+            raise PydanticCustomError(
+                "prompt_form",
+                "must be a string, a list of strings, a list of token ids "
+                "or a list of lists of token ids",
+            ) from None
+        return prompt
 
 
 class EmbeddingRequest(Body):

@@ -25,12 +25,14 @@ import anyio
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from backends.worker.access import AccessLog
 from backends.worker.answers import ChatShape, Json, TextShape, embedding_answer, model_card
-from backends.worker.completions import CompletionJob, complete, stream
+from backends.worker.completions import CompletionJob, Prompt, complete, stream
 from backends.worker.config import GenerationLimits, WorkerConfig, parse_args
 from backends.worker.errors import (
     BodyTooLarge,
@@ -46,6 +48,7 @@ from backends.worker.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
+    PromptValue,
     SamplingRequest,
     parse_body,
 )
@@ -110,7 +113,12 @@ def create_app(
         HTTPException: on_http_error,
         Exception: on_unexpected_error,
     }
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers=handlers,
+        middleware=[Middleware(AccessLog)],
+    )
 
 
 async def _load_models(
@@ -177,9 +185,8 @@ async def embeddings(request: Request[WorkerState]) -> Response:
 async def completions(request: Request[WorkerState]) -> Response:
     body = parse_body(await read_body(request), CompletionRequest)
     model = request.state["models"].get().chat_model(body.model)
-    prompt = _completion_prompt(body.prompt)
-    ids = model.text_prompt(prompt) if isinstance(prompt, str) else model.check_token_ids(prompt)
-    return await _answer(request, model, body, body.max_tokens, TextShape(), ids)
+    prompts = _completion_prompts(model, body.prompt)
+    return await _answer(request, model, body, body.max_tokens, TextShape(), prompts)
 
 
 async def chat_completions(request: Request[WorkerState]) -> Response:
@@ -187,7 +194,7 @@ async def chat_completions(request: Request[WorkerState]) -> Response:
     model = request.state["models"].get().chat_model(body.model)
     messages = [{"role": message.role, "content": message.text()} for message in body.messages]
     ids = model.chat_prompt(messages)
-    return await _answer(request, model, body, body.token_limit, ChatShape(), ids)
+    return await _answer(request, model, body, body.token_limit, ChatShape(), [ids])
 
 
 async def _answer(
@@ -196,21 +203,31 @@ async def _answer(
     body: SamplingRequest,
     max_tokens: int | None,
     shape: ChatShape | TextShape,
-    prompt_ids: list[int],
+    prompts: list[list[int]],
 ) -> Response:
-    params = SamplingParams(
-        max_tokens=model.token_budget(len(prompt_ids), max_tokens, request.state["limits"]),
-        temperature=1.0 if body.temperature is None else body.temperature,
-        top_p=1.0 if body.top_p is None else body.top_p,
-        seed=body.seed,
-        stop=body.stop_strings,
-    )
-    job = CompletionJob(model, prompt_ids, params, shape, request.state["compute"])
+    # Every prompt is checked against the context before the first token: a stream's status
+    # line goes out with its first event, and a 400 can no longer follow it.
+    limits = request.state["limits"]
+    checked = [
+        Prompt(ids, _sampling(body, model.token_budget(len(ids), max_tokens, limits)))
+        for ids in prompts
+    ]
+    job = CompletionJob(model, checked, body.n or 1, shape, request.state["compute"])
     if body.stream:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         events = stream(job, body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     return json_response(await complete(job))
+
+
+def _sampling(body: SamplingRequest, max_tokens: int) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        seed=body.seed,
+        stop=body.stop_strings,
+    )
 
 
 async def read_body(request: Request[WorkerState]) -> bytes:
@@ -237,16 +254,18 @@ def _embedding_texts(value: str | list[str] | list[int] | list[list[int]]) -> li
     return [str(text) for text in texts]
 
 
-def _completion_prompt(value: object) -> str | list[int]:
-    """One prompt, as text or token ids; several prompts in one request are not supported."""
+def _completion_prompts(model: ChatModel, value: PromptValue) -> list[list[int]]:
+    """The token ids of each prompt: the schema has let through OpenAI's four forms only."""
     if isinstance(value, str):
-        return value
-    assert isinstance(value, list)  # the schema allows nothing else
-    if value and all(isinstance(token, int) for token in value):
-        return cast(list[int], value)
-    if len(value) != 1:
-        raise InvalidRequest("Send exactly one prompt per request.", "prompt")
-    return _completion_prompt(value[0])
+        return [model.text_prompt(value)]
+    if not value:
+        raise InvalidRequest("'prompt' must not be empty.", "prompt")
+    if all(isinstance(token, int) for token in value):
+        return [model.check_token_ids(cast(list[int], value))]
+    return [
+        model.text_prompt(prompt) if isinstance(prompt, str) else model.check_token_ids(prompt)
+        for prompt in cast(list[str] | list[list[int]], value)
+    ]
 
 
 async def on_worker_error(request: Request, exc: Exception) -> Response:
@@ -299,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             host=config.host,
             port=config.port,
             log_level=config.log_level,
+            access_log=False,  # see `access`: requests at debug, probes never
             timeout_graceful_shutdown=5,
         )
     )

@@ -31,11 +31,8 @@ def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic_model(folder, SYNTHETIC_GB, shard_gb=SYNTHETIC_SHARD_GB)
 
 
-@pytest.fixture(scope="session")
-def worker(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[str]:
-    """Base URL (…/v1) of a worker serving both models."""
-    port = free_port()
-    command = [
+def worker_command(port: int, tiny_model_dir: Path, *extra: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "backends.worker",
@@ -43,18 +40,32 @@ def worker(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> It
         "127.0.0.1",
         "--port",
         str(port),
-        "--embedding-model",
-        EMBEDDING_MODEL,
         "--chat-model",
         f"{CHAT_MODEL}={tiny_model_dir}",
         "--max-tokens",
         "64",
+        *extra,
     ]
+
+
+@pytest.fixture(scope="session")
+def worker_process(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> Iterator[ServerProcess]:
+    """A worker serving both models, at the default log level."""
+    port = free_port()
+    command = worker_command(port, tiny_model_dir, "--embedding-model", EMBEDDING_MODEL)
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     server = ServerProcess(command, f"http://127.0.0.1:{port}/health", log_path)
     server.start(timeout_s=120)
-    yield f"http://127.0.0.1:{port}/v1"
+    yield server
     assert server.stop() == 0, server.log()
+
+
+@pytest.fixture(scope="session")
+def worker(worker_process: ServerProcess) -> str:
+    """Base URL (…/v1) of a worker serving both models."""
+    return worker_process.ready_url.removesuffix("/health") + "/v1"
 
 
 @pytest.fixture
