@@ -26,7 +26,7 @@ alone only every few minutes (cache/store.py), and whatever it writes is part of
 hit latencies include.
 
 In process (`level: component`, bench/cache_latency_component.py, full mode only): the
-same embedder, store, verifier and `AnswerCache.lookup` without HTTP, loaded from the
+same embedder, store, verifier and `SemanticCache.lookup` without HTTP, loaded from the
 same real entries plus fillers, looked up by the same rewordings at concurrency 1 and 64.
 Loaded from a snapshot, the 100k namespace is a flat index (`index: flat`): that is what
 the gateway searches for the minutes after a start, until its sweeper's HNSW build ends;
@@ -37,7 +37,7 @@ JSON lines only on stdout (progress goes to stderr), `{"bench": "cache_latency",
 entries, level (gateway, component), index (flat, hnsw):
 
     hit_latency_p50_ms, hit_latency_p99_ms    client-side, whole request (gateway) or
-                                              one AnswerCache.lookup (component)
+                                              one SemanticCache.lookup (component)
     direct_latency_p50_ms, _p99_ms            the same request to the fake upstream
     lookups_per_s                             hits served per second
     embed_share, search_share                 of the lookup time (semantic), from the
@@ -281,7 +281,7 @@ def check_namespace(client: Client) -> None:
     if answer.headers.get("x-cache-tier") != "exact":
         raise RuntimeError(
             "a pre-filled entry was not found: the namespace computed by "
-            "bench/cache_latency_data.py no longer matches gateway/answer_cache.py "
+            "bench/cache_latency_data.py no longer matches cache/semantic.py "
             f"(x-cache: {answer.headers.get('x-cache')})"
         )
 

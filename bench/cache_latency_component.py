@@ -1,9 +1,9 @@
 """The lookup path of bench/cache_latency.py in process, without HTTP.
 
-The same objects the gateway builds (gateway/assembly.py build_cache): the packaged MiniLM
+The same objects the gateway builds (gateway/compose.py build_cache): the packaged MiniLM
 (`load_embedder()`) behind a `BatchingEmbedder` with the default window and batch size,
 the `PairVerifier`, `DecisionSettings()`, and a `LocalCacheStore` loaded from a snapshot
-file; lookups go through `AnswerCache.lookup`, the gateway's own code. `concurrency`
+file; lookups go through `SemanticCache.lookup`, the gateway's own code. `concurrency`
 closed-loop tasks look up reworded prompts for `duration_s`; only semantic hits count.
 
 Where the time goes comes from the gateway's own stage histograms (a `Metrics` of the
@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 
 from bench.cache_latency_data import MODEL, TENANT, chat_body
-from cache.policy import Mode, cache_key
+from cache.policy import CacheInputs, cache_key
 
 STAGES = ("embed", "search", "total")
 
@@ -117,37 +117,40 @@ async def _measure(
 ) -> list[ComponentResult]:
     from cache.decision import DecisionSettings
     from cache.embedder import BatchingEmbedder
+    from cache.semantic import SemanticCache
     from cache.store import LocalCacheStore
-    from gateway.answer_cache import AnswerCache
-    from gateway.metrics import Metrics
-    from gateway.settings import CacheSettings
 
-    settings = CacheSettings(
-        enabled=True, lookup_budget_ms=60_000, max_entries_per_namespace=max_entries
-    )
     verifier = TimedVerifier(models.verifier)
-    metrics = Metrics()
+    metrics = StageTimes()
     store = LocalCacheStore(snapshot, models.dim, max_entries, sweep_interval_s=1e9)
     results = []
     async with anyio.create_task_group() as tasks:
         await store.start(tasks)
         if hnsw:
             await store.sweep()
-        embedder = BatchingEmbedder(
-            models.encoder, window_ms=settings.batch_window_ms, max_batch=settings.max_batch
-        )
+        # The gateway's defaults (gateway/settings.py CacheSettings).
+        embedder = BatchingEmbedder(models.encoder, window_ms=2.0, max_batch=32)
         async with embedder:
             # The timing wrapper stands in for the PairVerifier (decide() only needs
             # `threshold` and `score_many`).
             timed: Any = verifier
-            cache = AnswerCache(settings, store, embedder, timed, DecisionSettings(), metrics)
+            cache = SemanticCache(
+                store,
+                embedder,
+                timed,
+                DecisionSettings(),
+                tasks,
+                budget_s=60.0,
+                ttl_s=7 * 86400,
+                on_stage=metrics.observe,
+            )
             for run in runs:
                 await _loop(cache, queries, run.concurrency, run.warm_up_s, None, verifier)
                 result = ComponentResult(run.concurrency, run.duration_s)
-                before = _stages(metrics)
+                before = metrics.snapshot()
                 verifier.seconds = 0.0
                 await _loop(cache, queries, run.concurrency, run.duration_s, result, verifier)
-                after = _stages(metrics)
+                after = metrics.snapshot()
                 result.stage_s = {s: after[s][0] - before[s][0] for s in STAGES}
                 result.lookups = int(after["total"][1] - before["total"][1])
                 result.verifier_s = verifier.seconds
@@ -165,11 +168,9 @@ async def _loop(
     result: ComponentResult | None,
     verifier: TimedVerifier,
 ) -> None:
-    from gateway.answer_cache import Probe
-
     keys = []
     for prompt in queries:
-        key = cache_key(f"tenant:{TENANT}", MODEL, "chat", chat_body(prompt))
+        key = cache_key(f"tenant:{TENANT}", MODEL, CacheInputs.of("chat", chat_body(prompt)))
         assert key is not None
         keys.append(key)
     deadline = time.perf_counter() + seconds
@@ -177,13 +178,13 @@ async def _loop(
     async def worker(w: int) -> None:
         n = w * len(keys) // concurrency
         while (sent := time.perf_counter()) < deadline:
-            probe = Probe(Mode.FULL, keys[n % len(keys)], TENANT, MODEL, "chat", False)
+            lookup = await cache.lookup(keys[n % len(keys)])
             n += 1
-            answer = await cache.lookup(probe, False, "bench")
             done = time.perf_counter()
             if result is None:
                 continue
-            tier = answer.headers.get("x-cache-tier") if answer is not None else None
+            answer = lookup.found
+            tier = answer.tier if answer is not None else None
             if tier == "semantic":
                 result.latencies_ms.append((done - sent) * 1000.0)
                 result.completed += done <= deadline
@@ -196,12 +197,15 @@ async def _loop(
             group.start_soon(worker, w)
 
 
-def _stages(metrics: Any) -> dict[str, tuple[float, float]]:
-    get = metrics.registry.get_sample_value
-    return {
-        stage: (
-            get("gateway_cache_lookup_seconds_sum", {"stage": stage}) or 0.0,
-            get("gateway_cache_lookup_seconds_count", {"stage": stage}) or 0.0,
-        )
-        for stage in STAGES
-    }
+class StageTimes:
+    """Seconds and counts per lookup stage, from the cache's own `on_stage` hook."""
+
+    def __init__(self) -> None:
+        self._seen = {stage: (0.0, 0.0) for stage in STAGES}
+
+    def observe(self, stage: str, seconds: float) -> None:
+        total, count = self._seen.get(stage, (0.0, 0.0))
+        self._seen[stage] = (total + seconds, count + 1)
+
+    def snapshot(self) -> dict[str, tuple[float, float]]:
+        return dict(self._seen)

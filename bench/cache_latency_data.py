@@ -30,7 +30,7 @@ import orjson
 from cache.codec import StoredEntry, read_snapshot, write_snapshot
 from cache.entry import CacheEntry
 from cache.features import TokenFeatures
-from cache.policy import cache_key
+from cache.policy import CacheInputs, cache_key
 
 TENANT = "bench"
 MODEL = "echo"
@@ -94,10 +94,10 @@ def chat_body(prompt: str) -> dict[str, Any]:
 
 
 def namespace() -> str:
-    """The namespace the gateway gives these requests: computed as gateway/answer_cache.py
+    """The namespace the gateway gives these requests: computed as gateway/cache_http.py
     does (scope `tenant:<name>`, no cache group). The benchmark checks it with an exact hit
     on a filler entry."""
-    key = cache_key(f"tenant:{TENANT}", MODEL, "chat", chat_body("x"))
+    key = cache_key(f"tenant:{TENANT}", MODEL, CacheInputs.of("chat", chat_body("x")))
     assert key is not None
     return key.namespace
 
@@ -139,7 +139,7 @@ def filler_keys(count: int) -> list[tuple[str, str, str]]:
     ns = namespace()
     for i in range(len(_filler_keys), count):
         prompt = filler_prompt(i)
-        key = cache_key(f"tenant:{TENANT}", MODEL, "chat", chat_body(prompt))
+        key = cache_key(f"tenant:{TENANT}", MODEL, CacheInputs.of("chat", chat_body(prompt)))
         assert key is not None and key.namespace == ns
         _filler_keys.append((prompt, key.exact_key, key.normalized_key))
     return _filler_keys[:count]

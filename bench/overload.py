@@ -94,7 +94,7 @@ to a fraction `failure_rate` (0.1, 0.5, 0.9, 1.0) of attempts, drawn at random:
 with `retry_budget_ratio` 0.1 and `breaker` false (the budget alone, comparable to the
 SRE book's 10% budget: ~3x down to ~1.1x), and the deployed defaults (0.2, breaker on; at
 failure rate 0.5 only in the quick run, at all four in the full one). Besides the ratio
-the budget keeps a hard-wired reserve of 3 retries per second (gateway/retry.py), which
+the budget keeps a hard-wired reserve of 3 retries per second (gateway/traffic/retry.py), which
 adds about 3 / 40 = 0.075 attempts per request at this rate, more in short phases (it
 starts full).
 

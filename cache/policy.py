@@ -11,6 +11,7 @@ entry only if everything but the wording of their final question is identical.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -39,6 +40,29 @@ class PolicySettings:
 
 
 @dataclass(frozen=True)
+class CacheInputs:
+    """What the policy reads of one request (the typed request builds it)."""
+
+    kind: str  # "chat", "completions", "embeddings"
+    temperature: float
+    choices: int  # `n`
+    tools: Any  # `tools` or `functions`, as sent
+    body: Mapping[str, Any]  # the whole body as JSON values, as the client sent it
+
+    @classmethod
+    def of(cls, kind: str, body: Mapping[str, Any]) -> CacheInputs:
+        """From a plain JSON body (benchmarks and tests)."""
+        temperature = body.get("temperature")
+        return cls(
+            kind,
+            1.0 if temperature is None else temperature,
+            body.get("n") or 1,
+            body.get("tools") or body.get("functions") or [],
+            body,
+        )
+
+
+@dataclass(frozen=True)
 class CacheKey:
     namespace: str
     prompt: str
@@ -47,31 +71,28 @@ class CacheKey:
     semantic: bool  # may tier 3 (embedding similarity) be used for this prompt?
 
 
-def mode_for(
-    kind: str, body: dict[str, Any], cache_control: str | None, settings: PolicySettings
-) -> Mode:
+def mode_for(inputs: CacheInputs, cache_control: str | None, settings: PolicySettings) -> Mode:
     directives = {d.strip().lower() for d in (cache_control or "").split(",")}
-    if "no-store" in directives or not _cacheable(kind, body, settings):
+    if "no-store" in directives or not _cacheable(inputs, settings):
         return Mode.BYPASS
     if "no-cache" in directives:
         return Mode.STORE_ONLY
     return Mode.FULL
 
 
-def _cacheable(kind: str, body: dict[str, Any], settings: PolicySettings) -> bool:
-    if kind not in ("chat", "completions"):
+def _cacheable(inputs: CacheInputs, settings: PolicySettings) -> bool:
+    if inputs.kind not in ("chat", "completions"):
         return False
-    temperature = body.get("temperature", 1.0)
+    temperature = inputs.temperature
     if not isinstance(temperature, int | float) or temperature > settings.max_temperature:
         return False
-    if body.get("n", 1) != 1:
+    if inputs.choices != 1:
         return False
-    return _tools_are_safe(body, settings)
+    return _tools_are_safe(inputs.tools, settings)
 
 
-def _tools_are_safe(body: dict[str, Any], settings: PolicySettings) -> bool:
+def _tools_are_safe(tools: Any, settings: PolicySettings) -> bool:
     """Tools may act on the world; only those the operator declared side-effect free are cached."""
-    tools = body.get("tools") or body.get("functions") or []
     if not isinstance(tools, list):
         return False
     names = {_tool_name(tool) for tool in tools}
@@ -86,9 +107,10 @@ def _tool_name(tool: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def cache_key(scope: str, model: str, kind: str, body: dict[str, Any]) -> CacheKey | None:
+def cache_key(scope: str, model: str, inputs: CacheInputs) -> CacheKey | None:
     """None when the request has no final user turn to key on (then it is not cached)."""
-    split = _split_last_turn(kind, body)
+    kind = inputs.kind
+    split = _split_last_turn(kind, inputs.body)
     if split is None:
         return None
     prompt, context = split
@@ -104,7 +126,7 @@ def cache_key(scope: str, model: str, kind: str, body: dict[str, Any]) -> CacheK
     )
 
 
-def _split_last_turn(kind: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def _split_last_turn(kind: str, body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     if kind == "completions":
         prompt = body.get("prompt")
         return (prompt, {**body, "prompt": None}) if isinstance(prompt, str) else None

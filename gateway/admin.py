@@ -9,9 +9,7 @@ the state store and reach every replica's live traffic within about a second
 
 from __future__ import annotations
 
-import logging
 import re
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from cache.semantic import AnswerCache
 from cache.store import CacheUnavailable
 from gateway.accesslog import AccessLog
 from gateway.admin_models import (
@@ -44,15 +43,15 @@ from gateway.admin_models import (
     TenantPatch,
     TenantUsage,
 )
-from gateway.answer_cache import AnswerCache
 from gateway.auth import AdminAuthenticator, Principal
 from gateway.errors import (
     BadRequest,
     BodyTooLarge,
     GatewayError,
-    InternalError,
     StateUnavailable,
+    as_error,
 )
+from gateway.errors import request_id as new_request_id
 from gateway.keys import create_key
 from gateway.quotas import QuotaEnforcer, calendar, rate_view
 from gateway.reports import (
@@ -67,7 +66,6 @@ from gateway.state import StateStore, StateStoreError
 from gateway.tenant_store import TenantDirectory
 from gateway.tenants import Source
 
-_log = logging.getLogger("gateway.admin")
 MAX_BODY_BYTES = 64 * 1024
 _Model = TypeVar("_Model", bound=BaseModel)
 Answer = tuple[int, BaseModel]
@@ -108,7 +106,7 @@ class AdminApi:
     async def handle(
         self, request: Request, action: Callable[[Request], Awaitable[Answer]]
     ) -> Response:
-        request_id = "req_" + secrets.token_hex(12)
+        request_id = new_request_id()
         started = time.perf_counter()
         try:
             await self.guard.authenticate(request.headers.get("authorization"))
@@ -351,15 +349,12 @@ def _report_query(
 
 
 def _as_error(exc: Exception, request_id: str) -> GatewayError:
-    if isinstance(exc, GatewayError):
-        return exc
+    """The state and cache stores' errors enter here: translated, then answered as any."""
     if isinstance(exc, StateStoreError):
         return StateUnavailable("The state store is unreachable; try again shortly.", retry_after=1)
     if isinstance(exc, CacheUnavailable):
         return StateUnavailable("The cache store is unreachable; try again shortly.", retry_after=1)
-    # A bug: answer in OpenAI's shape, keep the traceback for the operator.
-    _log.error("unexpected error in admin request %s", request_id, exc_info=exc)
-    return InternalError("The gateway failed unexpectedly; the error was logged.")
+    return as_error(exc, request_id)
 
 
 async def _parse(request: Request, model: type[_Model]) -> _Model:

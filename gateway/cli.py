@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.config_file import load_settings
-from gateway.settings import ConfigError, Settings
+from gateway.settings import Backend, ConfigError, Settings
 from gateway.state import StateStoreError
 
 if TYPE_CHECKING:
@@ -168,13 +168,39 @@ def _check(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _stage(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.staging import stage_by_hand
+    return asyncio.run(_stage_by_hand(settings, args.model))
 
-    return asyncio.run(stage_by_hand(settings, args.model))
+
+async def _stage_by_hand(settings: Settings, model: str) -> int:
+    from gateway.compose import build_stager
+    from warmpool.errors import StagingError
+    from warmpool.progress import stage_with_progress
+
+    backend = _backend_for_weights(settings, model)
+    if backend is None or backend.weights is None:
+        print(f"gateway: no backend declares weights for model {model!r}", file=sys.stderr)
+        return 2
+    try:
+        async with build_stager(settings) as stager:
+            if backend.weights.staged == "always":
+                stager.pin(backend.name)
+            staged = await stage_with_progress(stager, backend.name, backend.weights.uri)
+    except StagingError as exc:
+        print(f"gateway: staging {model} failed: {exc}", file=sys.stderr)
+        return 1
+    print(staged.path)
+    return 0
+
+
+def _backend_for_weights(settings: Settings, model: str) -> Backend | None:
+    for backend in settings.backends:
+        if backend.weights is not None and (model in backend.models or model == backend.name):
+            return backend
+    return None
 
 
 def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.app import open_state_store
+    from gateway.compose import open_state_store
     from gateway.keys import create_key
 
     if args.tenant not in {t.name for t in settings.tenants}:
@@ -199,7 +225,7 @@ def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.app import open_state_store
+    from gateway.compose import open_state_store
 
     async def run() -> None:
         store = open_state_store(settings)
@@ -217,7 +243,7 @@ def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.app import open_state_store
+    from gateway.compose import open_state_store
 
     async def run() -> bool:
         store = open_state_store(settings)

@@ -19,13 +19,42 @@
     ├── DeadlineExceeded          504     timeout_error          (the client's deadline)
     └── InternalError             500     server_error           (a bug; logged with traceback)
 
-Messages never contain a key or an upstream credential.
+Messages never contain a key or an upstream credential. This module is the one place
+that turns an exception into a response, for the OpenAI and admin routes alike
+(`as_error`, then `GatewayError.to_response`); other packages' errors are translated into
+this tree where they enter (the upstream client's in `gateway.traffic.forward`, the state
+store's in the admin API). `request_id` names every request the same way.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import secrets
+from collections.abc import Mapping
+
 import orjson
 from starlette.responses import Response
+
+_log = logging.getLogger("gateway.errors")
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def request_id(headers: Mapping[str, str] | None = None) -> str:
+    """The client's `x-request-id` when it is a sane one, else a new `req_...` id."""
+    offered = headers.get("x-request-id") if headers is not None else None
+    if offered is not None and _CLIENT_REQUEST_ID.match(offered):
+        return offered
+    return "req_" + secrets.token_hex(12)
+
+
+def as_error(exc: Exception, request_id: str) -> GatewayError:
+    """`exc` as the error the client gets: itself, or (a bug) a logged 500."""
+    if isinstance(exc, GatewayError):
+        return exc
+    # A bug: answer in OpenAI's shape, keep the traceback for the operator.
+    _log.error("unexpected error in request %s", request_id, exc_info=exc)
+    return InternalError("The gateway failed unexpectedly; the error was logged.")
 
 
 class GatewayError(Exception):

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,9 +28,11 @@ import anyio.to_thread
 import orjson
 import redis.asyncio as redis
 from anyio.abc import TaskGroup
+from redis.exceptions import RedisError
 
 from gateway.errors import GatewayError
 from gateway.settings import Settings
+from warmpool.timeline import ColdStartRecord
 
 _log = logging.getLogger("gateway.events")
 
@@ -200,10 +203,42 @@ class EventLog:
             await self._sink.close()
 
 
-def open_event_log(
-    settings: Settings, kind: str, stack: contextlib.AsyncExitStack, tasks: TaskGroup
-) -> EventLog:
-    events = EventLog(open_sink(settings, kind))
-    stack.push_async_callback(events.close)
-    tasks.start_soon(events.run)
-    return events
+class ScaleRecorder:
+    """Records when a backend leaves zero ready replicas or reaches it, for the cold-start
+    report's time at zero; it starts at zero (nothing is ready when the gateway starts)."""
+
+    def __init__(self, backend: str, models: list[str], events: EventLog | None) -> None:
+        self._backend = backend
+        self._models = models
+        self._events = events
+        self._at_zero = True
+        self._record(0)
+
+    def ready(self, replicas: Sized) -> None:
+        count = len(replicas)
+        if (count == 0) != self._at_zero:
+            self._at_zero = count == 0
+            self._record(count)
+
+    def _record(self, count: int) -> None:
+        if self._events is not None:
+            self._events.record(ScaleEvent(time.time(), self._backend, self._models, count))
+
+
+class RedisTimelineSink:
+    """Cold-start records on a capped Redis Stream, `{prefix}:cold_starts`, for reports."""
+
+    def __init__(self, url: str, prefix: str, tasks: TaskGroup) -> None:
+        self._redis = redis.Redis.from_url(url, socket_timeout=1.0)
+        self._key = f"{{{prefix}}}:cold_starts"
+        self._tasks = tasks
+
+    def write(self, record: ColdStartRecord) -> None:
+        self._tasks.start_soon(self._append, orjson.dumps(record.to_json()))
+
+    async def _append(self, data: bytes) -> None:
+        with contextlib.suppress(RedisError, OSError):  # reports lose a line, requests nothing
+            await self._redis.xadd(self._key, {"record": data}, maxlen=10_000, approximate=True)
+
+    async def close(self) -> None:
+        await self._redis.aclose()

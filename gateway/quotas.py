@@ -235,7 +235,7 @@ def worst(refusals: Iterable[tuple[str, float | None]]) -> tuple[str, float | No
 
 
 @dataclass(frozen=True)
-class Usage:
+class QuotaUsage:
     """What a tenant holds now, besides its per-minute buckets."""
 
     in_flight: int
@@ -248,7 +248,7 @@ def refusals(
     cost: int,
     requests: GcraStep | None,
     tokens: GcraStep | None,
-    usage: Usage,
+    usage: QuotaUsage,
     cal: Calendar,
 ) -> list[tuple[str, float | None]]:
     """Every limit this request would break, with how long until it would fit."""
@@ -407,7 +407,7 @@ class LocalQuotas:
         rpm, tpm, _ = limits.rates()
         req = None if rpm is None else gcra_step(state.requests_tat, now, 1, rpm)
         tok = None if tpm is None else gcra_step(state.tokens_tat, now, reserve_tokens, tpm)
-        usage = Usage(len(state.leases), state.day_used, state.month_used)
+        usage = QuotaUsage(len(state.leases), state.day_used, state.month_used)
         refusal = worst(refusals(limits, reserve_tokens, req, tok, usage, cal))
         if refusal is not None:
             return refused(*refusal, rate_headers(*views(req, tok, False), refusal[1]))

@@ -17,10 +17,11 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from backends.errors import BackendError, UpstreamTimeoutError
+from backends.errors import BackendError
 from backends.http import UpstreamResponse
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, error_body
+from gateway.errors import GatewayError, UpstreamError, error_body
 from gateway.metrics import Metrics
+from gateway.traffic.forward import translate
 
 # Relayed from the upstream's answer; everything else (hop-by-hop, cookies, server) is not.
 _RELAYED_HEADERS = ("content-type", "retry-after", "openai-processing-ms")
@@ -29,7 +30,7 @@ _DONE = b"data: [DONE]"
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Ending:
     """How an answer ended. `body` is the whole answer (non-streamed, or None)."""
 
     status: int
@@ -37,16 +38,8 @@ class Outcome:
     body: bytes | None = None
 
 
-Finish = Callable[[Outcome], Awaitable[None]]
+Finish = Callable[[Ending], Awaitable[None]]
 Tap = Callable[[bytes], None]  # sees every relayed piece of a stream, in order
-
-
-def translate(backend: str, exc: BackendError, metrics: Metrics) -> GatewayError:
-    if isinstance(exc, UpstreamTimeoutError):
-        metrics.upstream_error(backend, "timeout")
-        return UpstreamTimeout(f"The upstream '{backend}' did not answer in time.")
-    metrics.upstream_error(backend, type(exc).__name__)
-    return UpstreamError(f"The upstream '{backend}' failed: {exc}.")
 
 
 async def whole(
@@ -74,11 +67,11 @@ def stream(
     tap: Tap | None,
     finish: Finish,
 ) -> Response:
-    ended: list[Outcome] = []
+    ended: list[Ending] = []
 
     async def close() -> None:
         upstream.close()
-        await finish(ended[0] if ended else Outcome(499, "client_disconnected"))
+        await finish(ended[0] if ended else Ending(499, "client_disconnected"))
 
     events = _events(backend, upstream, metrics, tap, ended)
     headers = relayed_headers(upstream.headers, request_id)
@@ -91,7 +84,7 @@ async def _events(
     upstream: UpstreamResponse,
     metrics: Metrics,
     tap: Tap | None,
-    ended: list[Outcome],
+    ended: list[Ending],
 ) -> AsyncIterator[bytes]:
     pending = b""
     saw_done = False
@@ -110,7 +103,7 @@ async def _events(
                 yield ready
     except BackendError as exc:
         failure = translate(backend, exc, metrics)
-        ended.append(Outcome(failure.status, failure.code))
+        ended.append(Ending(failure.status, failure.code))
         yield error_event(failure)
         return
     if _malformed_events(pending):  # half an event: the upstream stopped mid-write
@@ -123,11 +116,11 @@ async def _events(
             tap(rest)
         yield rest
     if saw_done:
-        ended.append(Outcome(200, None))
+        ended.append(Ending(200, None))
         return
     failure = UpstreamError(f"The upstream '{backend}' ended the stream before [DONE].")
     metrics.upstream_error(backend, "truncated")
-    ended.append(Outcome(502, failure.code))
+    ended.append(Ending(502, failure.code))
     yield error_event(failure)
 
 
@@ -158,10 +151,10 @@ def _event_boundary(data: bytes) -> int:
     return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
-def _malformed_end(backend: str, metrics: Metrics, ended: list[Outcome]) -> bytes:
+def _malformed_end(backend: str, metrics: Metrics, ended: list[Ending]) -> bytes:
     failure = UpstreamError(f"The upstream '{backend}' sent a stream event that is not JSON.")
     metrics.upstream_error(backend, "malformed")
-    ended.append(Outcome(502, failure.code))
+    ended.append(Ending(502, failure.code))
     return error_event(failure)
 
 

@@ -133,6 +133,15 @@ class KubernetesTarget(_Strict):
     ca_file: Path | None = None
 
 
+class RetrySettings(_Strict):
+    """Retries before the first byte (see README "Traffic control"); per backend or for all."""
+
+    max_attempts: int = Field(default=3, ge=1, le=10)  # the first attempt included
+    base_s: float = Field(default=0.05, ge=0)  # full-jitter backoff: uniform below base * 2^n
+    cap_s: float = Field(default=2.0, ge=0)  # ... and below this
+    max_retry_after_s: float = Field(default=2.0, ge=0)  # a longer Retry-After is relayed
+
+
 class Backend(_Strict):
     name: Name
     # http: a static upstream at base_url; process: workers the gateway starts itself
@@ -150,6 +159,7 @@ class Backend(_Strict):
     health_path: str = "/models"
     launch: Launch | None = None
     weights: Weights | None = None
+    retry: RetrySettings | None = None  # None: `traffic.retry`
 
     @field_validator("base_url")
     @classmethod
@@ -263,6 +273,7 @@ class TrafficSettings(_Strict):
     breaker: bool = True  # circuit breaking per backend replica
     breaker_failures: int = Field(default=5, ge=1)  # consecutive, or half of the last 20
     breaker_open_s: float = Field(default=5.0, gt=0)
+    retry: RetrySettings = RetrySettings()  # for every backend that sets no `retry`
 
 
 class Price(_Strict):

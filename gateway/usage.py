@@ -8,7 +8,7 @@ import orjson
 
 
 @dataclass(frozen=True)
-class Usage:
+class TokenUsage:
     prompt: int
     completion: int
 
@@ -17,7 +17,7 @@ class Usage:
         return self.prompt + self.completion
 
 
-def usage_of(body: bytes) -> Usage | None:
+def usage_of(body: bytes) -> TokenUsage | None:
     """`usage` of a whole OpenAI answer; None if absent or unreadable."""
     if b'"usage"' not in body:
         return None
@@ -28,13 +28,13 @@ def usage_of(body: bytes) -> Usage | None:
     return _usage(parsed.get("usage")) if isinstance(parsed, dict) else None
 
 
-def _usage(value: object) -> Usage | None:
+def _usage(value: object) -> TokenUsage | None:
     if not isinstance(value, dict):
         return None
     prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens", 0)
     if not isinstance(prompt, int) or not isinstance(completion, int):
         return None
-    return Usage(prompt, completion)
+    return TokenUsage(prompt, completion)
 
 
 class UsageTap:
@@ -44,7 +44,7 @@ class UsageTap:
 
     def __init__(self) -> None:
         self.events = 0
-        self.reported: Usage | None = None
+        self.reported: TokenUsage | None = None
 
     def __call__(self, data: bytes) -> None:
         self.events += data.count(b"data: {")
@@ -53,5 +53,5 @@ class UsageTap:
                 if line.startswith(b"data: {") and b'"usage"' in line:
                     self.reported = usage_of(line[6:]) or self.reported
 
-    def usage(self, prompt_estimate: int) -> Usage:
-        return self.reported or Usage(prompt_estimate, max(0, self.events - 1))
+    def usage(self, prompt_estimate: int) -> TokenUsage:
+        return self.reported or TokenUsage(prompt_estimate, max(0, self.events - 1))

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,13 @@ class ScalePolicy:
             raise ValueError("need 0 < panic_window_s <= stable_window_s")
         if min(self.idle_s, self.last_replica_idle_s, self.warm_pool) < 0:
             raise ValueError("idle times and warm_pool must be >= 0")
+
+
+class ReplicaLoad(NamedTuple):
+    """One replica's work as the request path counts it."""
+
+    in_flight: int  # requests on it now
+    served: int  # requests finished on it, ever (a change means it was busy)
 
 
 @dataclass(frozen=True)

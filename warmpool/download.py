@@ -27,7 +27,7 @@ from warmpool.blocking import BlockingPool
 from warmpool.errors import IntegrityError, StagingError
 from warmpool.layout import CacheLayout, read_json, write_json_atomic
 from warmpool.partfile import PartFile
-from warmpool.retry import RetryPolicy, with_retries
+from warmpool.retry import TransferRetryPolicy, with_retries
 from warmpool.source import WeightSource
 from warmpool.verify import FileSpec
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 class DownloadSettings:
     chunk_bytes: int
     parallelism: int
-    retry: RetryPolicy
+    retry: TransferRetryPolicy
     checkpoint_s: float = 1.0  # how often a file's finished chunks are made durable
 
 

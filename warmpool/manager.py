@@ -1,17 +1,18 @@
 """ColdStartManager: one backend's replicas, scaled by `warmpool.autoscale` and by requests.
 
-The gateway calls, per request, in this order (all synchronous, no await in between):
+The gateway calls, per request (synchronously, before it queues the request):
 
-    handle = manager.activate()        before queueing; None when a replica is ready, else a
-                                       ColdStartHandle (a start is under way: the request
-                                       waits in the queue); raises ColdStartFailed while the
-                                       last start failed less than `retry_after_failure_s` ago
-    manager.request_started(replica)   right after picking a replica from the ready set
-    manager.request_finished(replica)  when the answer is done (or failed)
-    timeline.first_byte(handle.id)     when a request that waited sends its first byte
+    handle = manager.activate()        None when a replica is ready, else a ColdStartHandle
+                                       (a start is under way: the request waits in the
+                                       queue); raises ColdStartFailed while the last start
+                                       failed less than `retry_after_failure_s` ago
+    handle.first_byte()                when a request that waited sends its first byte
 
 and listens to `on_ready_change` (the ready set, after every change: set the scheduler's
 capacity from it) and `on_start_failed` (a cold start failed: fail the requests it holds).
+It reads each replica's work from `load()` (the request path's own in-flight count per
+replica, and how many it finished): a replica is active at a tick when it has requests in
+flight or finished one since the last tick.
 
 Inside, a control loop (every `tick_s`) samples `demand()` (queued + in flight), asks
 `desired_replicas` for a decision and applies it: growth (stage the weights if they are
@@ -28,7 +29,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,7 +38,13 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from backends.providers.replicas import Replica, ReplicaEvent, ReplicaProvider
-from warmpool.autoscale import Decision, ScalePolicy, ScaleSnapshot, desired_replicas
+from warmpool.autoscale import (
+    Decision,
+    ReplicaLoad,
+    ScalePolicy,
+    ScaleSnapshot,
+    desired_replicas,
+)
 from warmpool.timeline import ColdStartTimeline, Outcome
 
 log = logging.getLogger(__name__)
@@ -115,12 +122,6 @@ class ColdStartHandle:
     def failure(self) -> ColdStartFailed | None:
         return self._episode.failure
 
-    async def wait_ready(self) -> None:
-        """Returns once a replica is ready; raises ColdStartFailed if the start failed."""
-        await self._episode.settled.wait()
-        if self._episode.failure is not None:
-            raise self._episode.failure
-
     def first_byte(self) -> None:
         self._timeline.first_byte(self._episode.id)
 
@@ -152,6 +153,7 @@ class ColdStartManager:
         weights_uri: str | None = None,
         model: str | None = None,  # the stager's name for the weights; default: backend
         pin_weights: bool = False,  # `staged: always`: pinned, and staged at start
+        load: Callable[[], Mapping[str, ReplicaLoad]] = dict,  # per replica, see above
         demand: Callable[[], int] | None = None,  # queued + in flight; default: in flight
         clock: Callable[[], float] = time.monotonic,
         tick_s: float = 0.5,
@@ -168,14 +170,15 @@ class ColdStartManager:
         self._weights_uri = weights_uri or ""
         self._model = model or backend
         self._pin = pin_weights
-        self._demand = demand or (lambda: sum(self._in_flight.values()))
+        self._load = load
+        self._demand = demand or (lambda: sum(w.in_flight for w in load().values()))
         self._clock = clock
         self._tick_s = tick_s
         self._retry_s = retry_after_failure_s
         self._estimate_s = expected_cold_start_s
         self._ready: list[Replica] = []
         self._stopping: set[str] = set()
-        self._in_flight: dict[str, int] = {}
+        self._served: dict[str, int] = {}  # per replica, at the last tick
         self._last_active: dict[str, float] = {}
         self._last_request_at: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
@@ -258,20 +261,6 @@ class ColdStartManager:
             self._apply(desired_replicas(self._scale_snapshot(now, arrival), self._policy))
         return ColdStartHandle(episode, self._timeline)
 
-    def request_started(self, replica_id: str) -> None:
-        self._in_flight[replica_id] = self._in_flight.get(replica_id, 0) + 1
-        if replica_id in self._last_active:
-            self._last_active[replica_id] = self._clock()
-
-    def request_finished(self, replica_id: str) -> None:
-        left = self._in_flight.get(replica_id, 0) - 1
-        if left > 0:
-            self._in_flight[replica_id] = left
-        else:
-            self._in_flight.pop(replica_id, None)
-        if replica_id in self._last_active:
-            self._last_active[replica_id] = self._clock()
-
     def ready(self) -> list[Replica]:
         return list(self._ready)
 
@@ -295,7 +284,7 @@ class ColdStartManager:
             len(self._stopping),
             decision.desired if decision else 0,
             decision.target if decision else 0,
-            sum(self._in_flight.values()),
+            sum(w.in_flight for w in self._load().values()),
             decision.panicking(now, self._policy) if decision else False,
             decision.reason if decision else "",
             self._episode is not None,
@@ -308,6 +297,7 @@ class ColdStartManager:
         """One decision: sample demand, decide, apply. The loop calls it every `tick_s`."""
         now = self._clock()
         self._refresh_ready()
+        busy = self._note_activity(now)
         demand = self._demand()
         self._samples.append((now, demand))
         horizon = now - self._policy.stable_window_s
@@ -315,10 +305,21 @@ class ColdStartManager:
             self._samples.popleft()
         decision = desired_replicas(self._scale_snapshot(now), self._policy)
         self._apply(decision, trigger)
-        if self._stager is not None and (demand or self._in_flight):
+        if self._stager is not None and (demand or busy):
             self._stager.touch(self._model)  # in use: last in line for eviction
         self._timeline.expire()
         return decision
+
+    def _note_activity(self, now: float) -> bool:
+        """Marks replicas that had work since the last tick as active now; True if any."""
+        busy = False
+        for replica_id, work in self._load().items():
+            if work.in_flight or work.served != self._served.get(replica_id, 0):
+                busy = True
+                if replica_id in self._last_active:
+                    self._last_active[replica_id] = now
+            self._served[replica_id] = work.served
+        return busy
 
     async def _control_loop(self) -> None:
         while True:
@@ -337,7 +338,7 @@ class ColdStartManager:
             tuple(replica.id for replica in self._ready),
             self._provider.starting(),
             samples,
-            dict(self._in_flight),
+            {replica_id: work.in_flight for replica_id, work in self._load().items()},
             dict(self._last_active),
             self._last_request_at,
             self._decision.panic_at if self._decision else None,
@@ -422,7 +423,9 @@ class ColdStartManager:
 
     def _begin_stop(self, replica_id: str) -> None:
         """Takes the replica out of the ready set now, then stops it in a task."""
-        if self._in_flight.get(replica_id) or replica_id in self._stopping or self._tg is None:
+        work = self._load().get(replica_id)
+        busy = work is not None and work.in_flight > 0
+        if busy or replica_id in self._stopping or self._tg is None:
             return
         self._stopping.add(replica_id)
         self._refresh_ready()
@@ -463,6 +466,7 @@ class ColdStartManager:
         ids = {replica.id for replica in ready}
         for replica_id in [r for r in self._last_active if r not in ids]:
             del self._last_active[replica_id]
+            self._served.pop(replica_id, None)
         for replica_id in ids:
             self._last_active.setdefault(replica_id, now)  # just ready: counts as active
         self._ready = ready

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class TransferRetryPolicy:
     max_attempts: int = 5
     base_delay_s: float = 0.2
     max_delay_s: float = 5.0
@@ -32,7 +32,7 @@ class RetryPolicy:
             raise ValueError("max_attempts must be at least 1")
 
 
-def backoff_delay(policy: RetryPolicy, failed_attempts: int, rand: float) -> float:
+def backoff_delay(policy: TransferRetryPolicy, failed_attempts: int, rand: float) -> float:
     """Full jitter (`rand` in [0, 1)): spreads the retries of many chunks that failed together."""
     ceiling = min(policy.max_delay_s, policy.base_delay_s * 2.0 ** (failed_attempts - 1))
     return ceiling * rand
@@ -40,7 +40,7 @@ def backoff_delay(policy: RetryPolicy, failed_attempts: int, rand: float) -> flo
 
 async def with_retries(
     call: Callable[[], Awaitable[T]],
-    policy: RetryPolicy,
+    policy: TransferRetryPolicy,
     what: str,
     rng: random.Random | None = None,
 ) -> T:
@@ -57,7 +57,7 @@ async def with_retries(
     raise AssertionError("unreachable: the loop returns or raises")
 
 
-async def _one_try(call: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:
+async def _one_try(call: Callable[[], Awaitable[T]], policy: TransferRetryPolicy, what: str) -> T:
     try:
         async with asyncio.timeout(policy.attempt_timeout_s):
             return await call()

@@ -47,7 +47,7 @@ from warmpool.download import DownloadSettings, ModelDownload
 from warmpool.errors import IntegrityError, ModelNotStaged, SourceError, SourceNotFound
 from warmpool.layout import CacheLayout, discard, publish
 from warmpool.readahead import read_ahead
-from warmpool.retry import RetryPolicy, with_retries
+from warmpool.retry import TransferRetryPolicy, with_retries
 from warmpool.source import RemoteObject, WeightSource, WeightSourceFactory, parse_s3_uri
 from warmpool.staged import StagedFile, StagedModel, Throughput
 from warmpool.verify import MANIFEST, FileSpec, ManifestEntry, parse_manifest, plan_files
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 MAX_MANIFEST_BYTES = 16 * MiB
-DEFAULT_RETRY = RetryPolicy()
+DEFAULT_RETRY = TransferRetryPolicy()
 # (bytes done, bytes in total); done counts resumed bytes, and steps back when a file that
 # failed verification is fetched again.
 Progress = Callable[[int, int], None]
@@ -94,7 +94,7 @@ class WeightStager:
         chunk_bytes: int = 8 * MiB,
         parallelism: int = 8,
         readahead: Literal["pagecache", "none"] = "pagecache",
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: TransferRetryPolicy = DEFAULT_RETRY,
         verify_etag: bool = True,
         checkpoint_s: float = 1.0,
         clock: Callable[[], float] = time.time,

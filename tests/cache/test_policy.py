@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cache.policy import Mode, PolicySettings, cache_key, mode_for
+from cache.policy import CacheInputs, Mode, PolicySettings, cache_key, mode_for
 from cache.sse import StreamRecorder, replay
 
 SETTINGS = PolicySettings(max_temperature=1.0, cacheable_tools=frozenset({"lookup_docs"}))
@@ -40,49 +40,61 @@ def tool(name: str) -> dict[str, Any]:
     ],
 )
 def test_mode(kind: str, body: dict[str, Any], cache_control: str | None, mode: Mode) -> None:
-    assert mode_for(kind, body, cache_control, SETTINGS) is mode
+    assert mode_for(CacheInputs.of(kind, body), cache_control, SETTINGS) is mode
 
 
 def test_only_the_last_user_turn_varies_within_a_namespace() -> None:
-    base = cache_key("tenant:a", "m", "chat", chat())
+    base = cache_key("tenant:a", "m", CacheInputs.of("chat", chat()))
     assert base is not None and base.prompt == "What is a tuple?"
-    same_ns = cache_key("tenant:a", "m", "chat", chat("Explain tuples", stream=True, user="u1"))
+    same_ns = cache_key(
+        "tenant:a", "m", CacheInputs.of("chat", chat("Explain tuples", stream=True, user="u1"))
+    )
     assert same_ns is not None and same_ns.namespace == base.namespace
     assert same_ns.exact_key != base.exact_key
     differs = [
-        cache_key("tenant:b", "m", "chat", chat()),
-        cache_key("group:shared", "m", "chat", chat()),
-        cache_key("tenant:a", "m2", "chat", chat()),
-        cache_key("tenant:a", "m", "completions", {"model": "m", "prompt": "What is a tuple?"}),
-        cache_key("tenant:a", "m", "chat", chat(temperature=0.1)),
-        cache_key("tenant:a", "m", "chat", chat(max_tokens=5)),
-        cache_key("tenant:a", "m", "chat", chat(response_format={"type": "json_object"})),
-        cache_key("tenant:a", "m", "chat", chat(tools=[tool("lookup_docs")])),
+        cache_key("tenant:b", "m", CacheInputs.of("chat", chat())),
+        cache_key("group:shared", "m", CacheInputs.of("chat", chat())),
+        cache_key("tenant:a", "m2", CacheInputs.of("chat", chat())),
         cache_key(
             "tenant:a",
             "m",
-            "chat",
-            {
-                "model": "m",
-                "messages": [
-                    {"role": "system", "content": "You are verbose."},
-                    {"role": "user", "content": "What is a tuple?"},
-                ],
-            },
+            CacheInputs.of("completions", {"model": "m", "prompt": "What is a tuple?"}),
+        ),
+        cache_key("tenant:a", "m", CacheInputs.of("chat", chat(temperature=0.1))),
+        cache_key("tenant:a", "m", CacheInputs.of("chat", chat(max_tokens=5))),
+        cache_key(
+            "tenant:a", "m", CacheInputs.of("chat", chat(response_format={"type": "json_object"}))
+        ),
+        cache_key("tenant:a", "m", CacheInputs.of("chat", chat(tools=[tool("lookup_docs")]))),
+        cache_key(
+            "tenant:a",
+            "m",
+            CacheInputs.of(
+                "chat",
+                {
+                    "model": "m",
+                    "messages": [
+                        {"role": "system", "content": "You are verbose."},
+                        {"role": "user", "content": "What is a tuple?"},
+                    ],
+                },
+            ),
         ),
         cache_key(
             "tenant:a",
             "m",
-            "chat",
-            {
-                "model": "m",
-                "messages": [
-                    {"role": "system", "content": "You are terse."},
-                    {"role": "user", "content": "Talk about Python."},
-                    {"role": "assistant", "content": "Sure."},
-                    {"role": "user", "content": "What is a tuple?"},
-                ],
-            },
+            CacheInputs.of(
+                "chat",
+                {
+                    "model": "m",
+                    "messages": [
+                        {"role": "system", "content": "You are terse."},
+                        {"role": "user", "content": "Talk about Python."},
+                        {"role": "assistant", "content": "Sure."},
+                        {"role": "user", "content": "What is a tuple?"},
+                    ],
+                },
+            ),
         ),
     ]
     namespaces = {k.namespace for k in differs if k is not None}
@@ -90,10 +102,10 @@ def test_only_the_last_user_turn_varies_within_a_namespace() -> None:
 
 
 def test_normalized_key_folds_case_and_punctuation_but_not_signs() -> None:
-    a = cache_key("t", "m", "chat", chat("What is a tuple?"))
-    b = cache_key("t", "m", "chat", chat("what is a TUPLE"))
-    c = cache_key("t", "m", "chat", chat("Solve for x: 2x - 5 = 11"))
-    d = cache_key("t", "m", "chat", chat("Solve for x: 2x + 5 = 11"))
+    a = cache_key("t", "m", CacheInputs.of("chat", chat("What is a tuple?")))
+    b = cache_key("t", "m", CacheInputs.of("chat", chat("what is a TUPLE")))
+    c = cache_key("t", "m", CacheInputs.of("chat", chat("Solve for x: 2x - 5 = 11")))
+    d = cache_key("t", "m", CacheInputs.of("chat", chat("Solve for x: 2x + 5 = 11")))
     assert a and b and c and d
     assert a.normalized_key == b.normalized_key and a.exact_key != b.exact_key
     assert c.normalized_key != d.normalized_key
@@ -109,11 +121,11 @@ def test_normalized_key_folds_case_and_punctuation_but_not_signs() -> None:
     ],
 )
 def test_requests_without_a_plain_last_user_turn_have_no_key(messages: list[Any]) -> None:
-    assert cache_key("t", "m", "chat", {"model": "m", "messages": messages}) is None
+    assert cache_key("t", "m", CacheInputs.of("chat", {"model": "m", "messages": messages})) is None
 
 
 def test_long_prompts_get_exact_tiers_only() -> None:
-    key = cache_key("t", "m", "chat", chat("word " * 400))
+    key = cache_key("t", "m", CacheInputs.of("chat", chat("word " * 400)))
     assert key is not None and not key.semantic
 
 

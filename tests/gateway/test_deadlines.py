@@ -11,19 +11,23 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
 from aiohttp import web
+from anyio.abc import TaskGroup
 
 from backends.http import HttpTimeouts, HttpUpstream
 from backends.providers.replicas import Replica
 from gateway.errors import DeadlineExceeded
-from gateway.forward import Pool, attempt_upstream
 from gateway.metrics import Metrics
-from gateway.replicas import ReplicaSet
-from gateway.retry import RetryBudget
-from gateway.scheduler import FairScheduler
+from gateway.traffic.deadline import Deadline
+from gateway.traffic.pool import Admitted, Pool
+from gateway.traffic.replica_set import ReplicaSet
+from gateway.traffic.retry import RetryBudget
+from gateway.traffic.scheduler import FairScheduler
+from gateway.usage import TokenUsage
 from tests.conftest import fake_backend, hash_of
 from tests.support.fake_upstream import MODELS
 from tests.support.processes import Gateway, free_port, start_gateway
@@ -201,20 +205,20 @@ async def test_a_streams_first_byte_counts_toward_the_deadline() -> None:
     deadline still applies until that event; one in time is relayed whole, first bytes
     included. (The fake upstream sends headers and first event together: an aiohttp server
     here.)"""
-    async with stream_server() as base_url:
-        pool = one_replica_pool(base_url)
-        deadline = time.monotonic() + 0.5
+    async with stream_server() as base_url, anyio.create_task_group() as tasks:
+        pool = one_replica_pool(base_url, tasks)
+        lease = await pool.acquire(ADMITTED, Deadline.after(0.5))
         with pytest.raises(DeadlineExceeded):
-            await attempt_upstream(
-                pool, "/late", b"{}", "req-1", deadline, Metrics(), streamed=True
-            )
-        assert time.monotonic() - deadline < 0.3
+            await lease.send("/late", b"{}", "req-1", streamed=True)
+        assert time.monotonic() - lease.deadline.at < 0.3
+        lease.release(TokenUsage(0, 0))
         assert [h.in_flight for h in pool.replicas.handles.values()] == [0]
-        upstream, handle = await attempt_upstream(
-            pool, "/prompt", b"{}", "req-2", time.monotonic() + 0.5, Metrics(), streamed=True
-        )
+        lease = await pool.acquire(ADMITTED, Deadline.after(0.5))
+        upstream = await lease.send("/prompt", b"{}", "req-2", streamed=True)
+        assert [h.in_flight for h in pool.replicas.handles.values()] == [1]
         assert b"".join([chunk async for chunk in upstream.chunks()]) == EVENT * 2
-        pool.finished(handle)
+        lease.release(TokenUsage(1, 2))
+        assert [(h.in_flight, h.served) for h in pool.replicas.handles.values()] == [(0, 2)]
         await pool.replicas.close()
 
 
@@ -244,10 +248,15 @@ async def stream_server() -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def one_replica_pool(base_url: str) -> Pool:
+ADMITTED = Admitted("t", 1.0, "interactive", 1, 1)
+
+
+def one_replica_pool(base_url: str, tasks: TaskGroup) -> Pool:
     def upstream(url: str) -> HttpUpstream:
         return HttpUpstream(url, None, HttpTimeouts(1.0, 30.0, None), 4)
 
-    pool = Pool("late", ReplicaSet(upstream, lambda: None), FairScheduler(0, 4), RetryBudget(), 4)
+    replicas = ReplicaSet(upstream, lambda: None, tasks)
+    scheduler = FairScheduler(0, 4, initial_service_s=0.01)  # dispatch until just before
+    pool = Pool("late", replicas, scheduler, RetryBudget(), 4, Metrics())
     pool.adopt([Replica("r1", base_url)])
     return pool

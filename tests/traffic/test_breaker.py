@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.breaker import (
+from gateway.traffic.breaker import (
     BreakerConfig,
     BreakerState,
     CircuitBreaker,
@@ -14,7 +14,7 @@ from gateway.breaker import (
     mode_at,
     record,
 )
-from gateway.retry import Outcome
+from gateway.traffic.retry import AttemptOutcome
 
 
 class FakeClock:
@@ -41,7 +41,7 @@ class FakeClock:
         (200, False),
     ],
 )
-def test_what_counts_as_a_failure(outcome: Outcome, failure: bool) -> None:
+def test_what_counts_as_a_failure(outcome: AttemptOutcome, failure: bool) -> None:
     assert counts_as_failure(outcome) is failure
 
 

@@ -24,7 +24,6 @@ from gateway.quotas import (
     QuotaLimits,
     Reservation,
     calendar,
-    estimate_tokens,
     format_reset,
     worst,
 )
@@ -49,39 +48,6 @@ from tests.support.processes import free_port
 )
 def test_reset_is_written_as_openai_writes_it(seconds: float, text: str) -> None:
     assert format_reset(seconds) == text
-
-
-@pytest.mark.parametrize(
-    ("body", "tokens"),
-    [
-        ({"messages": [{"role": "user", "content": "abcdefgh"}], "max_tokens": 10}, 2 + 10),
-        ({"messages": [{"role": "user", "content": "abcde"}]}, 2 + 256),
-        ({"messages": [{"role": "user", "content": "abcd"}], "max_completion_tokens": 3}, 4),
-        (
-            {
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "text", "text": "abcd"},
-                            {"type": "image_url", "image_url": {"url": "data:" + "A" * 9000}},
-                        ],
-                    },
-                    {"role": "assistant", "tool_calls": [{"function": {"arguments": "{}xy"}}]},
-                ],
-                "max_tokens": 0,
-            },
-            2,
-        ),
-        ({"prompt": "abcdefgh", "max_tokens": 5, "n": 2}, 2 + 10),
-        ({"prompt": [[1, 2, 3], [4]], "max_tokens": 1}, 4 + 1),
-        ({"input": ["abcd", "efgh"]}, 2),
-        ({"input": [1, 2, 3]}, 3),
-        ({"prompt": "x", "max_tokens": True}, 1 + 256),
-    ],
-)
-def test_estimate_tokens(body: dict[str, object], tokens: int) -> None:
-    assert estimate_tokens(body) == tokens
 
 
 def test_a_limit_that_never_fits_outranks_a_long_wait() -> None:

@@ -8,10 +8,10 @@ from email.utils import format_datetime
 
 import pytest
 
-from gateway.retry import (
-    Outcome,
+from gateway.traffic.retry import (
+    AttemptOutcome,
     RetryBudget,
-    RetryPolicy,
+    UpstreamRetryPolicy,
     backoff_s,
     parse_retry_after,
     should_retry,
@@ -55,7 +55,7 @@ def top() -> float:
 )
 def test_should_retry(
     attempt: int,
-    outcome: Outcome,
+    outcome: AttemptOutcome,
     retry_after: float | None,
     remaining: float,
     retry: bool,
@@ -80,12 +80,12 @@ def test_should_retry(
     ],
 )
 def test_full_jitter_backoff(attempt: int, jitter: float, expected: float) -> None:
-    assert backoff_s(attempt, lambda: jitter, RetryPolicy()) == pytest.approx(expected)
+    assert backoff_s(attempt, lambda: jitter, UpstreamRetryPolicy()) == pytest.approx(expected)
 
 
 def test_backoff_spreads_retries_of_requests_that_failed_together() -> None:
     rng = random.Random(7)
-    delays = [backoff_s(3, rng.random, RetryPolicy()) for _ in range(1000)]
+    delays = [backoff_s(3, rng.random, UpstreamRetryPolicy()) for _ in range(1000)]
     assert 0.0 <= min(delays) < 0.01
     assert 0.19 < max(delays) < 0.2
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.scheduler import (
+from gateway.traffic.scheduler import (
     Entry,
     FairQueue,
     FairScheduler,
@@ -20,7 +20,7 @@ from gateway.scheduler import (
     lifted_counter,
     token_cost,
 )
-from gateway.shedding import (
+from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
     ClassLoad,
     ServiceTimeEstimator,

@@ -17,14 +17,16 @@ from pydantic import SecretStr
 
 from tests.support.processes import ServerProcess, free_port
 from tests.warmpool.fault_proxy import FaultProxy
-from warmpool.retry import RetryPolicy
+from warmpool.retry import TransferRetryPolicy
 from warmpool.s3 import S3WeightSource
 from warmpool.source import WeightSourceFactory
 from warmpool.staging import WeightStager
 
 BUCKET = "weights"
 KiB, MiB = 1024, 1024 * 1024
-FAST_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.01, max_delay_s=0.05, attempt_timeout_s=5)
+FAST_RETRY = TransferRetryPolicy(
+    max_attempts=5, base_delay_s=0.01, max_delay_s=0.05, attempt_timeout_s=5
+)
 SECRET = "wJalrXUtnFEMI-do-not-leak-9c41f7e2"
 
 

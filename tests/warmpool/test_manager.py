@@ -21,10 +21,10 @@ from backends.providers.replicas import Phase, Replica, ReplicaEvent, notify
 from backends.providers.restart_policy import RestartBackoff
 from tests.backends.support import wait_until
 from tests.backends.test_process_provider import FAST, mini
-from warmpool.autoscale import ScalePolicy
+from warmpool.autoscale import ReplicaLoad, ScalePolicy
 from warmpool.errors import SourceNotFound
 from warmpool.manager import ColdStartFailed, ColdStartHandle, ColdStartManager
-from warmpool.retry import RetryPolicy
+from warmpool.retry import TransferRetryPolicy
 from warmpool.source import RemoteObject, S3Location, WeightSource
 from warmpool.staging import WeightStager
 from warmpool.timeline import (
@@ -183,11 +183,13 @@ class Rig:
         self.metrics = Metrics()
         self.timeline = ColdStartTimeline(self.sink, self.metrics, clock=clock)
         self.queued = 0
+        self.load: dict[str, ReplicaLoad] = {}  # what the request path would count
         self.manager = ColdStartManager(
             "llm",
             self.provider,
             policy,
             timeline=self.timeline,
+            load=lambda: self.load,
             demand=lambda: self.queued,
             clock=clock,
             tick_s=kw.pop("tick_s", NEVER),
@@ -200,6 +202,23 @@ class Rig:
 
     def ids(self) -> list[str]:
         return [replica.id for replica in self.manager.ready()]
+
+    def request_started(self, replica_id: str) -> None:
+        in_flight, served = self.load.get(replica_id, ReplicaLoad(0, 0))
+        self.load[replica_id] = ReplicaLoad(in_flight + 1, served)
+
+    def request_finished(self, replica_id: str) -> None:
+        in_flight, served = self.load[replica_id]
+        self.load[replica_id] = ReplicaLoad(in_flight - 1, served + 1)
+
+
+async def settled(handle: ColdStartHandle) -> None:
+    """Until the start `handle` waits for is over; raises its failure, if it failed."""
+    await wait_until(
+        lambda: handle.ready_at is not None or handle.failure is not None, "the start to settle"
+    )
+    if handle.failure is not None:
+        raise handle.failure
 
 
 @asynccontextmanager
@@ -217,7 +236,7 @@ async def running(
 
 
 def stager(tmp_path: Path, source: MemorySource) -> WeightStager:
-    retry = RetryPolicy(max_attempts=1)
+    retry = TransferRetryPolicy(max_attempts=1)
     return WeightStager(
         tmp_path / "cache", source.open, 1 << 30, readahead="none", retry=retry, parallelism=2
     )
@@ -236,7 +255,7 @@ async def test_twenty_concurrent_activations_start_one_replica_and_all_wait_for_
             assert handle is not None
             handles.append(handle)
             rig.queued += 1
-            await handle.wait_ready()
+            await settled(handle)
             waited.append(handle.cold_start_s)
 
         async with anyio.create_task_group() as requests:
@@ -272,7 +291,7 @@ async def test_a_crash_while_requests_are_held_is_the_providers_to_restart() -> 
         assert handle is not None
         await wait_until(lambda: rig.provider.starting() == 1, "the start")
         rig.provider.load()
-        await handle.wait_ready()
+        await settled(handle)
         rig.provider.crash("fake-1")
         await wait_until(lambda: rig.manager.ready() == [], "the crash")
         second = rig.manager.activate()
@@ -281,7 +300,7 @@ async def test_a_crash_while_requests_are_held_is_the_providers_to_restart() -> 
         await anyio.sleep(0.05)
         assert rig.provider.ensure_calls == [1]  # the replica is starting again: no new one
         rig.provider.load()
-        await second.wait_ready()
+        await settled(second)
         second.first_byte()
         record = rig.sink.records[-1]
         assert [name for name, _ in record.events] == ["request_arrived", "ready", "first_byte"]
@@ -309,7 +328,7 @@ async def test_idle_scale_down_to_zero_honours_both_delays_and_in_flight_request
         provider.load()
         await wait_until(lambda: len(manager.ready()) == 2, "two ready")
         rig.queued = 0
-        manager.request_started("fake-1")
+        rig.request_started("fake-1")
 
         clock.now = 11.0  # fake-2 ready at 2: idle 9 s
         manager.tick()
@@ -320,10 +339,12 @@ async def test_idle_scale_down_to_zero_honours_both_delays_and_in_flight_request
 
         clock.now = 500.0  # long idle, but a request is in flight
         assert manager.tick().stop == ()
-        manager.request_finished("fake-1")
-        clock.now = 529.0
-        assert manager.tick().reason == "hold 1 (want 0): no replica idle for 30 s"
+        rig.request_finished("fake-1")
+        clock.now = 501.0  # the tick after the request ended sees it: active at 501
+        assert manager.tick().stop == ()
         clock.now = 530.0
+        assert manager.tick().reason == "hold 1 (want 0): no replica idle for 30 s"
+        clock.now = 531.0
         decision = manager.tick()
         assert (decision.target, decision.stop) == (0, ("fake-1",))
         await wait_until(lambda: provider.ready() == [], "fake-1 to stop")
@@ -366,7 +387,7 @@ async def test_a_request_arriving_as_the_last_replica_goes_starts_one_again() ->
         assert handle is not None
         await wait_until(lambda: rig.provider.starting() == 1, "a new start")
         rig.provider.load()
-        await handle.wait_ready()
+        await settled(handle)
         assert rig.provider.stop_calls == ["fake-1"]
 
 
@@ -453,7 +474,7 @@ async def test_pinned_weights_are_staged_at_start_and_not_on_the_request_path(
             assert handle is not None
             await wait_until(lambda: rig.provider.starting() == 1, "the start")
             rig.provider.load()
-            await handle.wait_ready()
+            await settled(handle)
             handle.first_byte()
         [record] = rig.sink.records
         assert "staging_begun" not in [name for name, _ in record.events]
@@ -508,7 +529,7 @@ async def test_staging_failure_fails_the_held_requests_at_once(tmp_path: Path) -
             async def wait(handle: ColdStartHandle | None) -> None:
                 assert handle is not None
                 with pytest.raises(ColdStartFailed) as caught:
-                    await handle.wait_ready()
+                    await settled(handle)
                 errors.append(caught.value)
 
             with anyio.fail_after(2):
@@ -618,11 +639,13 @@ async def test_process_provider_scales_from_zero_to_one_and_back(tmp_path: Path)
     )
     sink = MemorySink()
     in_queue = 0
+    load: dict[str, ReplicaLoad] = {}
     manager = ColdStartManager(
         "mini",
         provider,
         policy,
         timeline=ColdStartTimeline(sink),
+        load=lambda: load,
         demand=lambda: in_queue,
         tick_s=0.05,
     )
@@ -635,13 +658,13 @@ async def test_process_provider_scales_from_zero_to_one_and_back(tmp_path: Path)
             assert handle is not None
             in_queue = 1
             with anyio.fail_after(10):
-                await handle.wait_ready()
+                await settled(handle)
             in_queue = 0
             [replica] = manager.ready()
-            manager.request_started(replica.id)
+            load[replica.id] = ReplicaLoad(1, 0)
             await anyio.sleep(0.8)  # longer than last_replica_idle_s, but a request is in
             assert manager.ready() == [replica] and provider.ready() == [replica]
-            manager.request_finished(replica.id)
+            load[replica.id] = ReplicaLoad(0, 1)
             handle.first_byte()
             started = anyio.current_time()
             await wait_until(lambda: provider.ready() == [] and not provider.starting(), "zero")

@@ -27,7 +27,7 @@ queue moves the newest waiters are checked again, so that one whose expected wai
 grown past its deadline is dropped then, not when the deadline comes.
 
 `FairQueue` is the pure bookkeeping (no clock, no I/O); `FairScheduler` is the asyncio
-driver: concurrency slots, deadlines, shedding (decisions in `gateway.shedding`), metrics.
+driver: concurrency slots, deadlines, shedding (decisions in `gateway.traffic.shedding`), metrics.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 
-from gateway.shedding import (
+from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
     ClassLoad,
     ServiceTimeEstimator,
@@ -367,12 +367,14 @@ class FairScheduler:
             self._cancelled(entry, waiter.future)
             raise
 
-    def drop_waiting(self, reason: str, retry_after_s: float) -> None:
-        """Fails every waiter with Shed (a cold start failed: nothing will serve them soon)."""
+    def drop_waiting(self, reason: str, error: Callable[[], Exception]) -> None:
+        """Fails every waiter with a new `error()` (a cold start failed: nothing will serve
+        them soon); counted as shed for `reason`."""
         for entry in list(self._waiters):
             waiter = self._forget(entry)
             if not waiter.future.done():
-                waiter.future.set_exception(self._count(entry, Shed(reason, retry_after_s)))
+                self._count(entry, Shed(reason, 0.0))
+                waiter.future.set_exception(error())
 
     def snapshot(self) -> SchedulerSnapshot:
         depth = {name: self._queue.depth(rank) for name, rank in self._ranks.items()}

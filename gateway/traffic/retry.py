@@ -26,14 +26,14 @@ from typing import Literal
 
 # What an upstream attempt ended with: an HTTP status, or a failure with no status.
 UpstreamFailure = Literal["connect_error", "timeout", "protocol_error"]
-Outcome = int | UpstreamFailure
+AttemptOutcome = int | UpstreamFailure
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 _WHOLE = 1.0 - 1e-9  # ten deposits of 0.2 add up to 1.9999999999999998: two tokens
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class UpstreamRetryPolicy:
     max_attempts: int = 3
     base_s: float = 0.05
     cap_s: float = 2.0
@@ -51,13 +51,13 @@ class RetryDecision:
     reason: str
 
 
-def is_retryable(outcome: Outcome) -> bool:
+def is_retryable(outcome: AttemptOutcome) -> bool:
     return outcome == "connect_error" or (
         isinstance(outcome, int) and outcome in RETRYABLE_STATUSES
     )
 
 
-def backoff_s(attempt: int, rng: Callable[[], float], policy: RetryPolicy) -> float:
+def backoff_s(attempt: int, rng: Callable[[], float], policy: UpstreamRetryPolicy) -> float:
     """Full jitter: uniform in [0, min(cap, base * 2^(attempt-1))). Spreads retries of
     requests that failed together, instead of sending them back together."""
     return rng() * min(policy.cap_s, policy.base_s * 2.0 ** (attempt - 1))
@@ -65,12 +65,12 @@ def backoff_s(attempt: int, rng: Callable[[], float], policy: RetryPolicy) -> fl
 
 def should_retry(
     attempt: int,
-    outcome: Outcome,
+    outcome: AttemptOutcome,
     retry_after_s: float | None,
     deadline_remaining_s: float,
     *,
     rng: Callable[[], float] = random.random,
-    policy: RetryPolicy = RetryPolicy(),
+    policy: UpstreamRetryPolicy = UpstreamRetryPolicy(),
 ) -> RetryDecision:
     """Whether to make attempt `attempt + 1` after attempt `attempt` (from 1) failed.
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gateway.retry import Outcome
+from gateway.traffic.retry import AttemptOutcome
 
 Mode = Literal["closed", "open", "half_open"]
 
@@ -47,7 +47,7 @@ class BreakerState:
     probe_successes: int = 0
 
 
-def counts_as_failure(outcome: Outcome) -> bool:
+def counts_as_failure(outcome: AttemptOutcome) -> bool:
     if isinstance(outcome, str):
         return True
     return outcome >= 500

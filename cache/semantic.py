@@ -1,0 +1,241 @@
+"""The semantic cache's orchestration: look a key up through the tiers within a budget,
+store complete answers in the background. Free of HTTP: `gateway/cache_http.py` turns
+what it finds into responses and headers.
+
+    lookup(key) -> Lookup     exact key, then normalized key, then (when the key allows it)
+                              embedding similarity verified by the decision rules
+    store_later(...)          in the owner's task group, never on the request path
+    record_hit_later(entry)   likewise
+
+Lookups fail open: past `budget_s`, or when the store or the embedder fails, `Lookup.failed`
+says why and the request goes to the model. `NullCache` is the disabled cache: every
+lookup misses, nothing is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import orjson
+from anyio.abc import TaskGroup
+
+from cache.entry import CacheEntry
+from cache.policy import CacheKey
+from cache.store import CacheStore, CacheUnavailable
+
+if TYPE_CHECKING:  # the model-backed parts load only when the cache is enabled
+    from cache.decision import DecisionSettings
+    from cache.embedder import BatchingEmbedder, Embedded
+    from cache.verifier import PairVerifier
+
+_log = logging.getLogger("cache.semantic")
+_STORE_TIMEOUT_S = 10.0
+
+StageHook = Callable[[str, float], None]  # (stage, seconds): "embed", "search", "total"
+FailHook = Callable[[str], None]  # why a lookup or store failed open
+
+
+@dataclass(frozen=True)
+class Found:
+    entry: CacheEntry
+    tier: str  # "exact", "normalized", "semantic"
+    similarity: float
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What one lookup found, or why not."""
+
+    found: Found | None = None
+    similarity: float | None = None  # the hit's, or the best the semantic tier saw
+    embedded: Embedded | None = None  # the prompt's embedding, reused when storing
+    failed: str | None = None  # "budget", "store", "error": failed open
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A complete answer to store, with the identity it is stored under."""
+
+    key: CacheKey
+    tenant: str
+    model: str
+    body: bytes
+    embedded: Embedded | None = None
+
+
+class SemanticCache:
+    enabled = True
+
+    def __init__(
+        self,
+        store: CacheStore,
+        embedder: BatchingEmbedder,
+        verifier: PairVerifier | None,
+        decision: DecisionSettings,
+        tasks: TaskGroup,
+        *,
+        budget_s: float,
+        ttl_s: float,
+        semantic: bool = True,
+        on_stage: StageHook | None = None,
+        on_fail: FailHook | None = None,
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._verifier = verifier
+        self._decision = decision
+        self._tasks = tasks
+        self._budget_s = budget_s
+        self._ttl_s = ttl_s
+        self._semantic = semantic
+        self._on_stage = on_stage or (lambda stage, seconds: None)
+        self._on_fail = on_fail or (lambda reason: None)
+
+    async def lookup(self, key: CacheKey) -> Lookup:
+        started = time.perf_counter()
+        try:
+            with anyio.fail_after(self._budget_s):
+                found = await self._find(key)
+        except TimeoutError:
+            return Lookup(failed="budget")
+        except CacheUnavailable:
+            return Lookup(failed="store")
+        except Exception:
+            _log.exception("cache lookup failed; answering from the model")
+            return Lookup(failed="error")
+        self._on_stage("total", time.perf_counter() - started)
+        return found
+
+    def store_later(self, answer: Answer) -> None:
+        self._tasks.start_soon(self._store_answer, answer)
+
+    def record_hit_later(self, entry_id: str) -> None:
+        self._tasks.start_soon(self._record_hit, entry_id)
+
+    async def flush(self, tenants: Collection[str]) -> tuple[int, int]:
+        return await flush_tenants(self._store, tenants)
+
+    async def _find(self, key: CacheKey) -> Lookup:
+        for tier, lookup_key in (("exact", key.exact_key), ("normalized", key.normalized_key)):
+            entry = await self._store.get_by_key(key.namespace, lookup_key)
+            if entry is not None:
+                return Lookup(Found(entry, tier, 1.0), 1.0)
+        if not (self._semantic and key.semantic):
+            return Lookup()
+        return await self._nearest(key)
+
+    async def _nearest(self, key: CacheKey) -> Lookup:
+        from cache.decision import Candidate, decide
+
+        started = time.perf_counter()
+        embedded = await self._embedder.embed(key.prompt)
+        searched = time.perf_counter()
+        self._on_stage("embed", searched - started)
+        decision = self._decision
+        near = await self._store.nearest(
+            key.namespace, embedded.vector, decision.top_k, decision.similarity_floor
+        )
+        self._on_stage("search", time.perf_counter() - searched)
+        best = max((score for _, score in near), default=None)
+        candidates = [Candidate(e.prompt, e.features, score) for e, score in near]
+        chosen = decide(key.prompt, embedded, candidates, decision, self._verifier).index
+        if chosen is None:
+            return Lookup(None, best, embedded)
+        entry, similarity = near[chosen]
+        return Lookup(Found(entry, "semantic", similarity), similarity, embedded)
+
+    async def _record_hit(self, entry_id: str) -> None:
+        try:
+            await self._store.record_hit(entry_id)
+        except CacheUnavailable:
+            self._on_fail("record_hit")
+
+    async def _store_answer(self, answer: Answer) -> None:
+        if not _storable(answer.body):
+            return
+        try:
+            with anyio.fail_after(_STORE_TIMEOUT_S):
+                embedded = answer.embedded or await self._embedder.embed(answer.key.prompt)
+                await self._store.put(self._entry(answer, embedded))
+        except (TimeoutError, CacheUnavailable):
+            self._on_fail("store")
+        except Exception:
+            _log.exception("cache store failed")
+            self._on_fail("store_error")
+
+    def _entry(self, answer: Answer, embedded: Embedded) -> CacheEntry:
+        key = answer.key
+        return CacheEntry(
+            entry_id=secrets.token_hex(16),
+            namespace=key.namespace,
+            prompt=key.prompt,
+            exact_key=key.exact_key,
+            normalized_key=key.normalized_key,
+            vector=embedded.vector,
+            features=embedded.features,
+            response=answer.body,
+            model=answer.model,
+            tenant=answer.tenant,
+            created_at=time.time(),
+            ttl_s=self._ttl_s,
+        )
+
+
+class NullCache:
+    """The cache turned off: nothing is looked up or stored."""
+
+    enabled = False
+
+    async def lookup(self, key: CacheKey) -> Lookup:
+        return Lookup()
+
+    def store_later(self, answer: Answer) -> None:
+        pass
+
+    def record_hit_later(self, entry_id: str) -> None:
+        pass
+
+    async def flush(self, tenants: Collection[str]) -> tuple[int, int]:
+        return 0, 0
+
+
+AnswerCache = SemanticCache | NullCache
+
+
+async def flush_tenants(store: CacheStore, tenants: Collection[str]) -> tuple[int, int]:
+    """Drops every namespace holding an entry stored for one of `tenants` (a tenant's own
+    scope, or all members of its cache group); (namespaces, entries) removed.
+    Raises CacheUnavailable."""
+    namespaces = await store.namespaces_of(tenants)
+    removed = 0
+    for namespace in sorted(namespaces):
+        removed += await store.flush_namespace(namespace)
+    return len(namespaces), removed
+
+
+def _storable(body: bytes) -> bool:
+    """Only complete text answers: no errors, no tool calls, every choice finished."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not isinstance(choices, list) or not choices or "error" in answer:
+        return False
+    return all(_finished_text(choice) for choice in choices)
+
+
+def _finished_text(choice: Any) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else choice.get("text")
+    if not isinstance(text, str) or choice.get("finish_reason") not in ("stop", "length"):
+        return False
+    return not (isinstance(message, dict) and message.get("tool_calls"))

@@ -1,0 +1,42 @@
+"""Reading a request body within the gateway's limits: size (413) and time (408)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import ClientDisconnect, Request
+
+from gateway.errors import BadRequest, BodyTooLarge, RequestTimeout
+
+
+class BodyReader:
+    def __init__(self, max_bytes: int, timeout_s: float) -> None:
+        self._max = max_bytes
+        self._timeout_s = timeout_s
+
+    def check_declared(self, request: Request) -> None:
+        """Refuses a body declared too large before reading it (or authenticating)."""
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._max:
+            raise BodyTooLarge(f"The request body exceeds {self._max} bytes.")
+
+    async def read(self, request: Request) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async for part in request.stream():
+                    size += len(part)
+                    if size > self._max:
+                        raise BodyTooLarge(f"The request body exceeds {self._max} bytes.")
+                    parts.append(part)
+        except ClientDisconnect as exc:
+            raise BadRequest("The client closed the connection before sending the body.") from exc
+        except TimeoutError as exc:
+            # A body dribbled under the size limit would hold a connection (and its memory)
+            # for as long as the client liked; the rest of it is not read, so hang up.
+            raise RequestTimeout(
+                f"The request body did not arrive within {self._timeout_s:g} s.",
+                headers={"connection": "close"},
+            ) from exc
+        return b"".join(parts)

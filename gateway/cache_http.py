@@ -1,0 +1,147 @@
+"""The semantic cache on the request path, as HTTP: which requests probe it, hits as
+responses (whole or replayed as SSE), the `x-cache` headers, and the cache metrics.
+What is looked up and stored, and how, is `cache.semantic`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from cache.policy import CacheKey, Mode, PolicySettings, cache_key, mode_for
+from cache.semantic import Answer, AnswerCache, Found, Lookup
+from cache.sse import StreamRecorder, replay
+from gateway.metrics import Metrics
+from gateway.openai_schema import OpenAIRequest
+from gateway.settings import Tenant
+
+
+@dataclass
+class Probe:
+    """One request's cache identity, and what its lookup found (for its report event)."""
+
+    mode: Mode
+    key: CacheKey
+    tenant: str
+    model: str
+    kind: str
+    include_usage: bool
+    lookup: Lookup = field(default_factory=Lookup)
+    # the hit's tier, "miss", or "bypass" (no-cache); what a hit saved
+    outcome: str = "miss"
+    saved_prompt_tokens: int = 0
+    saved_completion_tokens: int = 0
+
+    @property
+    def similarity(self) -> float | None:
+        return self.lookup.similarity
+
+
+class HttpCache:
+    def __init__(self, cache: AnswerCache, policy: PolicySettings, metrics: Metrics) -> None:
+        self.cache = cache
+        self._policy = policy
+        self._metrics = metrics
+
+    def probe(
+        self, tenant: Tenant, request: OpenAIRequest, cache_control: str | None
+    ) -> Probe | None:
+        """The request's cache identity; None when it neither looks up nor stores."""
+        if not self.cache.enabled:
+            return None
+        inputs = request.cache_inputs()
+        mode = mode_for(inputs, cache_control, self._policy)
+        # The scope comes from the operator's config, never from the request.
+        scope = f"group:{tenant.cache_group}" if tenant.cache_group else f"tenant:{tenant.name}"
+        key = cache_key(scope, request.model, inputs) if mode is not Mode.BYPASS else None
+        if key is None:
+            self._metrics.cache_lookup(tenant.name, request.model, "bypass", "-")
+            return None
+        return Probe(mode, key, tenant.name, request.model, request.kind, request.include_usage)
+
+    def skipped(self, request: OpenAIRequest) -> str:
+        """Why a request got no probe, for its report event: "bypass" when only the
+        client's Cache-Control kept it out of the cache, else "none" (not cacheable)."""
+        if not self.cache.enabled:
+            return "none"
+        if mode_for(request.cache_inputs(), None, self._policy) is Mode.BYPASS:
+            return "none"
+        return "bypass"
+
+    def miss_headers(self, probe: Probe | None) -> dict[str, str]:
+        if not self.cache.enabled:
+            return {}
+        if probe is None or probe.mode is Mode.STORE_ONLY:
+            return {"x-cache": "bypass"}
+        return {"x-cache": "miss"}
+
+    async def lookup(self, probe: Probe, streamed: bool, request_id: str) -> Response | None:
+        """The cached answer as a response, or None (go to the model)."""
+        if probe.mode is not Mode.FULL:
+            probe.outcome = "bypass"
+            self._metrics.cache_lookup(probe.tenant, probe.model, "bypass", "-")
+            return None
+        probe.lookup = lookup = await self.cache.lookup(probe.key)
+        if lookup.failed is not None:
+            self._metrics.cache_fail_open(lookup.failed)
+        if lookup.found is None:
+            self._metrics.cache_lookup(probe.tenant, probe.model, "miss", "-")
+            return None
+        found = lookup.found
+        self._metrics.cache_lookup(probe.tenant, probe.model, "hit", found.tier)
+        probe.outcome = found.tier
+        self.cache.record_hit_later(found.entry.entry_id)
+        return self._answer(probe, found, streamed, request_id)
+
+    def recorder(self, probe: Probe | None) -> StreamRecorder | None:
+        return None if probe is None else StreamRecorder(probe.kind)
+
+    def store(self, probe: Probe, body: bytes) -> None:
+        """Stores a complete answer in the background (only complete, successful ones)."""
+        answer = Answer(probe.key, probe.tenant, probe.model, body, probe.lookup.embedded)
+        self.cache.store_later(answer)
+
+    def _answer(self, probe: Probe, found: Found, streamed: bool, request_id: str) -> Response:
+        answer = orjson.loads(found.entry.response)
+        saved = _saved_tokens(answer)
+        probe.saved_prompt_tokens, probe.saved_completion_tokens = _saved_split(answer)
+        answer["usage"] = {
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "total_tokens": 0,
+            "saved_tokens": saved,
+        }
+        headers = {
+            "x-request-id": request_id,
+            "x-cache": "hit",
+            "x-cache-tier": found.tier,
+            "x-cache-similarity": f"{found.similarity:.4f}",
+            "x-cache-saved-tokens": str(saved),
+            "age": str(max(0, int(time.time() - found.entry.created_at))),
+        }
+        if streamed:
+            events = b"".join(replay(probe.kind, answer, probe.include_usage))
+            headers["cache-control"] = "no-cache"
+            return Response(events, 200, headers, media_type="text/event-stream")
+        return Response(orjson.dumps(answer), 200, headers, media_type="application/json")
+
+
+def _saved_split(answer: dict[str, Any]) -> tuple[int, int]:
+    usage = answer.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (
+        prompt if isinstance(prompt, int) else 0,
+        completion if isinstance(completion, int) else 0,
+    )
+
+
+def _saved_tokens(answer: dict[str, Any]) -> int:
+    usage = answer.get("usage")
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if isinstance(total, int) else 0

@@ -1,0 +1,479 @@
+"""The composition root: builds every long-lived part from the settings, once, in the
+app's lifespan, and wires them explicitly. Background work runs in the lifespan's task
+group; every resource is closed by its exit stack. Nothing happens at import.
+
+    state store, backend pools (+ cold-start managers, weight stager, timeline),
+    quotas, the cache, events, authentication, the pipeline, backend health, admin API
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio.to_thread
+from anyio.abc import TaskGroup
+from prometheus_client.core import Metric
+
+from backends.http import HttpTimeouts, HttpUpstream
+from backends.launcher import LocalProcess, free_port
+from backends.providers.replicas import Replica, ReplicaProvider
+from cache.policy import PolicySettings
+from cache.semantic import AnswerCache, NullCache, SemanticCache
+from cache.store import CacheStore
+from gateway.accesslog import AccessLog
+from gateway.admin import AdminApi
+from gateway.auth import AdminAuthenticator, Authenticator
+from gateway.body import BodyReader
+from gateway.cache_http import HttpCache
+from gateway.events import (
+    REQUESTS,
+    SCALE,
+    EventLog,
+    RedisTimelineSink,
+    ScaleRecorder,
+    open_sink,
+)
+from gateway.health import BackendHealth
+from gateway.keys import admin_key_hashes, configured_keys
+from gateway.lifecycle import Lifecycle
+from gateway.metrics import Metrics, counter, gauge
+from gateway.pipeline import Pipeline
+from gateway.quotas import LocalQuotas, QuotaEnforcer
+from gateway.quotas_redis import RedisQuotas
+from gateway.reports import build_report
+from gateway.settings import Backend, Settings
+from gateway.state import FileStateStore, StateStore, StateStoreError
+from gateway.state_redis import RedisStateStore
+from gateway.tenant_store import TenantDirectory
+from gateway.tenants import Catalog
+from gateway.traffic.breaker import CircuitBreaker
+from gateway.traffic.pool import Pool
+from gateway.traffic.replica_set import ReplicaSet
+from gateway.traffic.retry import RetryBudget, UpstreamRetryPolicy
+from gateway.traffic.scheduler import FairScheduler
+from warmpool.autoscale import ScalePolicy
+from warmpool.layout import safe_name
+from warmpool.manager import ColdStartManager
+from warmpool.staging import WeightStager
+from warmpool.timeline import ColdStartTimeline, JsonLinesSink, TimelineSink
+
+_log = logging.getLogger("gateway.compose")
+GB = 1_000_000_000
+
+
+@dataclass
+class Parts:
+    """What the lifespan builds; handlers receive it explicitly."""
+
+    store: StateStore
+    pools: dict[str, Pool]
+    health: BackendHealth
+    pipeline: Pipeline
+    admin: AdminApi
+
+
+async def build(
+    settings: Settings,
+    env: dict[str, str],
+    metrics: Metrics,
+    access: AccessLog,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
+) -> Parts:
+    store = open_state_store(settings)
+    stack.push_async_callback(store.close)
+    pools = await build_pools(settings, metrics, stack, tasks)
+    quotas = build_quotas(settings, metrics, stack, tasks)
+    cache = await build_cache(settings, metrics, stack, tasks)
+    catalog = Catalog(
+        {model: b.name for b in settings.backends for model in b.models}, settings.tenants
+    )
+    config_keys = configured_keys(settings.tenants, env)
+    auth = Authenticator(store, config_keys)
+    http_cache = HttpCache(cache, _policy(settings), metrics)
+    events = open_event_log(settings, REQUESTS, stack, tasks)
+    lifecycle = Lifecycle(quotas, http_cache, metrics, access, events)
+    limits = settings.limits
+    body = BodyReader(limits.max_body_bytes, limits.body_timeout_s)
+    pipeline = Pipeline(
+        auth, catalog, pools, quotas, http_cache, settings.traffic, metrics, lifecycle, body
+    )
+    admin = AdminApi(
+        AdminAuthenticator(admin_key_hashes(settings.admin, env), auth),
+        await _tenant_directory(store, catalog, tasks),
+        store,
+        quotas,
+        cache,
+        config_keys,
+        access,
+        lambda kind, query: build_report(kind, settings, query),
+    )
+    return Parts(store, pools, _health(settings, pools), pipeline, admin)
+
+
+def open_state_store(settings: Settings) -> StateStore:
+    if settings.state.url == "memory":
+        return FileStateStore(settings.state.path)
+    return RedisStateStore(settings.state.url, settings.state.prefix)
+
+
+def open_event_log(
+    settings: Settings, kind: str, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+) -> EventLog:
+    events = EventLog(open_sink(settings, kind))
+    stack.push_async_callback(events.close)
+    tasks.start_soon(events.run)
+    return events
+
+
+def build_stager(settings: Settings) -> WeightStager:
+    from warmpool.s3 import S3WeightSource
+
+    staging = settings.staging
+    factory = S3WeightSource.factory(
+        endpoint_url=staging.s3.endpoint_url,
+        region=staging.s3.region,
+        access_key_id=staging.s3.access_key_id,
+        secret_access_key=staging.s3.secret_access_key,
+    )
+    return WeightStager(
+        staging.cache_dir,
+        factory,
+        int(staging.disk_budget_gb * GB),
+        chunk_bytes=staging.chunk_mb * 1024 * 1024,
+        parallelism=staging.parallelism,
+        readahead=staging.readahead,
+    )
+
+
+# -- backend pools --------------------------------------------------------------------
+
+
+async def build_pools(
+    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+) -> dict[str, Pool]:
+    pools: dict[str, Pool] = {}
+    scalable = [b for b in settings.backends if b.kind != "http"]
+    if scalable:
+        await _scale_to_zero(settings, scalable, pools, metrics, stack, tasks)
+    for backend in settings.backends:
+        if backend.kind != "http":
+            continue
+        base_url = backend.base_url
+        if backend.launch is not None:
+            base_url, process = _launch_spec(backend)
+            stack.push_async_callback(process.stop)
+            await process.start(backend.launch.start_timeout_s)
+        pool = _pool(backend, settings, metrics, stack, tasks)
+        pool.adopt([Replica(f"{backend.name}/0", base_url)])
+        pools[backend.name] = pool
+    metrics.add_snapshots(lambda: _pool_metrics(pools))
+    return pools
+
+
+def _pool(
+    backend: Backend,
+    settings: Settings,
+    metrics: Metrics,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
+) -> Pool:
+    traffic = settings.traffic
+
+    def waited(priority: str, seconds: float) -> None:
+        metrics.queue_waited(backend.name, priority, seconds)
+
+    def breaker() -> CircuitBreaker | None:
+        if not traffic.breaker:
+            return None
+        return CircuitBreaker(traffic.breaker_failures, open_s=traffic.breaker_open_s)
+
+    scheduler = FairScheduler(
+        0, traffic.max_queue, output_weight=traffic.output_weight, on_wait=waited
+    )
+    replicas = ReplicaSet(lambda url: _upstream(backend, url), breaker, tasks)
+    stack.push_async_callback(replicas.close)
+    budget = RetryBudget(traffic.retry_budget_ratio, traffic.retry_min_per_s)
+    retry = backend.retry or traffic.retry
+    policy = UpstreamRetryPolicy(
+        retry.max_attempts, retry.base_s, retry.cap_s, retry.max_retry_after_s
+    )
+    return Pool(backend.name, replicas, scheduler, budget, backend.max_concurrency, metrics, policy)
+
+
+async def _scale_to_zero(
+    settings: Settings,
+    backends: list[Backend],
+    pools: dict[str, Pool],
+    metrics: Metrics,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
+) -> None:
+    """Pools whose replicas a cold-start manager starts and stops."""
+    timeline = _timeline(settings, metrics, stack, tasks)
+    scale_events = open_event_log(settings, SCALE, stack, tasks)
+    stager = None
+    if any(b.weights is not None for b in backends):
+        stager = build_stager(settings)
+        await stager.open()
+        stack.push_async_callback(stager.aclose)
+    for backend in backends:
+        pool = _pool(backend, settings, metrics, stack, tasks)
+        manager = _manager(pool, backend, settings, stager, timeline)
+        pool.attach(manager)
+        scale = ScaleRecorder(backend.name, list(backend.models), scale_events)
+        manager.on_ready_change.append(scale.ready)
+        await manager.start(tasks)
+        stack.push_async_callback(manager.close)
+        pools[backend.name] = pool
+
+
+def _manager(
+    pool: Pool,
+    backend: Backend,
+    settings: Settings,
+    stager: WeightStager | None,
+    timeline: ColdStartTimeline,
+) -> ColdStartManager:
+    s = backend.scaling
+    policy = ScalePolicy(
+        min_replicas=s.min_replicas,
+        max_replicas=s.max_replicas,
+        target_queue_per_replica=s.target_queue_per_replica,
+        idle_s=s.idle_s,
+        last_replica_idle_s=s.last_replica_idle_s,
+        warm_pool=s.warm_pool,
+        stable_window_s=s.stable_window_s,
+        panic_window_s=min(s.panic_window_s, s.stable_window_s),
+    )
+
+    def demand() -> int:
+        snap = pool.scheduler.snapshot()
+        return sum(snap.depth.values()) + snap.in_flight
+
+    weights = backend.weights
+    return ColdStartManager(
+        backend.name,
+        _provider(backend, settings),
+        policy,
+        timeline=timeline,
+        stager=stager if weights is not None else None,
+        weights_uri=weights.uri if weights is not None else None,
+        pin_weights=weights is not None and weights.staged == "always",
+        load=pool.replicas.load,
+        demand=demand,
+    )
+
+
+def _timeline(
+    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+) -> ColdStartTimeline:
+    sink: TimelineSink
+    if settings.state.url == "memory":
+        sink = JsonLinesSink(Path(settings.state.path).parent / "cold_starts.jsonl")
+    else:
+        stream_sink = RedisTimelineSink(settings.state.url, settings.state.prefix, tasks)
+        stack.push_async_callback(stream_sink.close)
+        sink = stream_sink
+    return ColdStartTimeline(sink, metrics)
+
+
+def _provider(backend: Backend, settings: Settings) -> ReplicaProvider:
+    if backend.kind == "kubernetes":
+        return _kubernetes(backend)
+    from backends.providers.process import ProcessLaunch, ProcessProvider, ProcessTimings
+
+    weights = None
+    if backend.weights is not None:
+        weights = str(settings.staging.cache_dir / safe_name(backend.name))
+    launch = ProcessLaunch(backend.command, weights=weights, ready_path=backend.ready_path)
+    timings = ProcessTimings(ready_timeout_s=backend.scaling.ready_timeout_s)
+    return ProcessProvider(backend.name, launch, timings)
+
+
+def _kubernetes(backend: Backend) -> ReplicaProvider:
+    from backends.providers.kubernetes import (
+        EndpointDiscovery,
+        KubernetesProvider,
+        ScaleTarget,
+        api_client,
+    )
+
+    target = backend.kubernetes
+    assert target is not None
+    client = api_client(
+        target.server,
+        target.token.get_secret_value(),
+        target.namespace,
+        ca_file=str(target.ca_file) if target.ca_file else None,
+    )
+    return KubernetesProvider(
+        client,
+        target.namespace,
+        ScaleTarget(target.deployment),
+        EndpointDiscovery(target.service, port=target.port),
+        name=backend.name,
+    )
+
+
+def _upstream(backend: Backend, base_url: str) -> HttpUpstream:
+    t = backend.timeouts
+    return HttpUpstream(
+        base_url,
+        backend.api_key.get_secret_value() if backend.api_key else None,
+        HttpTimeouts(t.connect_s, t.read_s, t.total_s),
+        backend.max_concurrency,
+    )
+
+
+def _launch_spec(backend: Backend) -> tuple[str, LocalProcess]:
+    assert backend.launch is not None
+    port = str(backend.launch.port or free_port())
+    base_url = backend.base_url.replace("{port}", port)
+    command = [
+        part.replace("{port}", port).replace("{python}", sys.executable)
+        for part in backend.launch.command
+    ]
+    root = base_url.split("/v1")[0] if "/v1" in base_url else base_url
+    return base_url, LocalProcess(command, backend.launch.env, root + backend.launch.ready_path)
+
+
+def _health(settings: Settings, pools: dict[str, Pool]) -> BackendHealth:
+    probes = {
+        name: next(iter(pool.replicas.handles.values())).upstream
+        for name, pool in pools.items()
+        if pool.manager is None and pool.replicas.handles
+    }
+    return BackendHealth(probes, {b.name: b.health_path for b in settings.backends})
+
+
+# -- quotas, cache, tenants -----------------------------------------------------------
+
+
+def build_quotas(
+    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+) -> QuotaEnforcer:
+    if settings.state.url == "memory":
+        return LocalQuotas()
+    quotas = RedisQuotas(
+        settings.state.url, settings.state.prefix, on_fallback=metrics.quota_fallback
+    )
+    stack.push_async_callback(quotas.close)
+    tasks.start_soon(quotas.run)
+    return quotas
+
+
+async def build_cache(
+    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+) -> AnswerCache:
+    config = settings.cache
+    if not config.enabled:
+        return NullCache()
+    from cache.decision import DecisionSettings
+    from cache.embedder import BatchingEmbedder, load_embedder
+    from cache.verifier import PairVerifier
+
+    encoder = await anyio.to_thread.run_sync(load_embedder, config.model_path, config.device)
+    verifier = await anyio.to_thread.run_sync(PairVerifier.load)
+    embedder = BatchingEmbedder(
+        encoder, window_ms=config.batch_window_ms, max_batch=config.max_batch
+    )
+    await embedder.start()
+    stack.push_async_callback(embedder.close)
+    await embedder.embed("warm up")  # the first forward pass is several times slower
+    store = _cache_store(settings, encoder.dimension)
+    await store.start(tasks)
+    stack.push_async_callback(store.close)
+    metrics.add_snapshots(lambda: _cache_metrics(store.stats()))
+    return SemanticCache(
+        store,
+        embedder,
+        verifier,
+        DecisionSettings(),
+        tasks,
+        budget_s=config.lookup_budget_ms / 1000,
+        ttl_s=config.ttl_s,
+        semantic=config.semantic,
+        on_stage=metrics.cache_stage,
+        on_fail=metrics.cache_fail_open,
+    )
+
+
+def _policy(settings: Settings) -> PolicySettings:
+    config = settings.cache
+    return PolicySettings(config.max_temperature, frozenset(config.cacheable_tools))
+
+
+def _cache_store(settings: Settings, dim: int) -> CacheStore:
+    from cache.store import LocalCacheStore
+    from cache.store_redis import RedisCacheStore
+
+    config = settings.cache
+    if settings.state.url == "memory":
+        return LocalCacheStore(config.path / "entries.bin", dim, config.max_entries_per_namespace)
+    return RedisCacheStore(
+        settings.state.url, settings.state.prefix, dim, config.max_entries_per_namespace
+    )
+
+
+async def _tenant_directory(
+    store: StateStore, catalog: Catalog, tasks: TaskGroup
+) -> TenantDirectory:
+    """Tenants of the admin API, loaded before serving and then polled."""
+    directory = TenantDirectory(store, catalog)
+    try:
+        await directory.refresh()
+    except StateStoreError as exc:
+        # Serve the configured tenants; the poller loads the rest once the store answers.
+        _log.warning("tenants not loaded from the state store at start: %s", exc)
+    tasks.start_soon(directory.run)
+    return directory
+
+
+# -- metrics read at scrape time ------------------------------------------------------
+
+
+def _pool_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
+    depth = gauge(
+        "gateway_queue_depth", "Requests waiting per backend and class.", ["backend", "class"]
+    )
+    busy = gauge("gateway_backend_in_flight", "Requests dispatched to a backend.", ["backend"])
+    replicas = gauge("gateway_backend_ready_replicas", "Ready replicas per backend.", ["backend"])
+    shed = counter(
+        "gateway_shed",
+        "Requests shed, by backend, class and reason.",
+        ["backend", "class", "reason"],
+    )
+    breaker = gauge(
+        "gateway_breaker_open", "1 while a backend's circuit is open or half-open.", ["backend"]
+    )
+    exhausted = counter(
+        "gateway_retry_budget_exhausted", "Retries refused by the budget.", ["backend"]
+    )
+    for name, pool in pools.items():
+        snap = pool.scheduler.snapshot()
+        for priority, waiting in snap.depth.items():
+            depth.add_metric([name, priority], waiting)
+        busy.add_metric([name], snap.in_flight)
+        replicas.add_metric([name], len(pool.replicas))
+        for (priority, reason), count in snap.shed.items():
+            shed.add_metric([name, priority, reason], count)
+        is_open = any(handle.open for handle in pool.replicas.handles.values())
+        breaker.add_metric([name], 1 if is_open else 0)
+        exhausted.add_metric([name], pool.budget.snapshot().exhausted)
+    return [depth, busy, replicas, shed, breaker, exhausted]
+
+
+def _cache_metrics(stats: dict[str, int]) -> Iterable[Metric]:
+    entries = gauge("gateway_cache_entries", "Entries in the cache.", [])
+    entries.add_metric([], stats.get("entries", 0))
+    evictions = counter("gateway_cache_evictions", "Entries evicted (LRU).", [])
+    evictions.add_metric([], stats.get("evictions", 0))
+    expired = counter("gateway_cache_expired", "Entries removed after their TTL.", [])
+    expired.add_metric([], stats.get("expired", 0))
+    return [entries, evictions, expired]

@@ -1,0 +1,66 @@
+"""A request's class and deadline: which priority class it runs in, and when its client
+gives up (on the monotonic clock)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.settings import Priority
+
+# The gateway gives up this long before the client's deadline (at most `_MARGIN_MAX_S`),
+# so that the client reads a 504 saying why rather than timing out with nothing.
+_MARGIN = 0.1
+_MARGIN_MAX_S = 0.5
+
+
+@dataclass(frozen=True)
+class Deadline:
+    at: float  # time.monotonic() when the client stops waiting
+    length_s: float  # the whole deadline, from when the request arrived
+
+    @classmethod
+    def after(cls, length_s: float, elapsed_s: float = 0.0) -> Deadline:
+        """A deadline `length_s` after a start `elapsed_s` ago (the client's clock started
+        when it sent the request, not when the gateway got round to it)."""
+        return cls(time.monotonic() - elapsed_s + length_s, length_s)
+
+    def left_s(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def answer_by(self) -> float:
+        """When the upstream's first byte must have arrived (monotonic)."""
+        return self.at - min(_MARGIN_MAX_S, _MARGIN * self.length_s)
+
+
+_CLASSES: tuple[Priority, ...] = ("interactive", "batch")
+# Deadlines a client may ask for: our own header, and the ones the `openai` SDKs send
+# (openai-python sends `x-stainless-read-timeout`; some versions `x-stainless-timeout`).
+_TIMEOUT_HEADERS = ("x-request-timeout", "x-stainless-timeout", "x-stainless-read-timeout")
+
+
+def request_class(headers: Mapping[str, str], default: Priority, header_allowed: bool) -> Priority:
+    """The priority class a request runs in: `x-priority` when its tenant may choose."""
+    asked = headers.get("x-priority")
+    if header_allowed:
+        for priority in _CLASSES:
+            if asked == priority:
+                return priority
+    return default
+
+
+def deadline_s(headers: Mapping[str, str], default_s: float) -> float:
+    """The request's deadline in seconds: what the client asked for, when shorter than
+    the class's default (a client cannot hold the gateway's resources for longer)."""
+    for header in _TIMEOUT_HEADERS:
+        value = headers.get(header)
+        if value is None:
+            continue
+        try:
+            asked = float(value)
+        except ValueError:
+            continue
+        if 0 < asked < default_s:
+            return asked
+    return default_s

@@ -1,0 +1,167 @@
+"""Sending one leased request upstream: replica choice, the circuit breaker, and budgeted
+retries before the first byte. This is the gateway's only retry layer.
+
+The client's deadline bounds every attempt, the waits between them and a stream's first
+byte. Once a stream relays bytes it is no longer cut by the deadline (the client is
+receiving; the backend's `read_s` still applies). Upstream errors are translated here,
+where they enter (`translate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from backends.errors import BackendError, UpstreamConnectError, UpstreamTimeoutError
+from backends.http import HttpUpstream, UpstreamResponse
+from gateway.errors import (
+    BackendUnavailable,
+    DeadlineExceeded,
+    GatewayError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from gateway.metrics import Metrics
+from gateway.traffic.breaker import counts_as_failure
+from gateway.traffic.replica_set import ReplicaHandle
+from gateway.traffic.retry import AttemptOutcome, is_retryable, parse_retry_after, should_retry
+
+if TYPE_CHECKING:
+    from gateway.traffic.pool import Lease
+
+
+def translate(backend: str, exc: BackendError, metrics: Metrics) -> GatewayError:
+    """An upstream client error as the gateway's own (502 or 504), counted."""
+    if isinstance(exc, UpstreamTimeoutError):
+        metrics.upstream_error(backend, "timeout")
+        return UpstreamTimeout(f"The upstream '{backend}' did not answer in time.")
+    metrics.upstream_error(backend, type(exc).__name__)
+    return UpstreamError(f"The upstream '{backend}' failed: {exc}.")
+
+
+async def attempt_upstream(
+    lease: Lease,
+    path: str,
+    body: bytes,
+    request_id: str,
+    *,
+    streamed: bool = False,
+    rng: Callable[[], float] = random.random,
+) -> UpstreamResponse:
+    """The upstream's answer (headers arrived and, for a 200 stream, its first bytes; body
+    unread), served by `lease.replica`, after at most the policy's attempts.
+
+    A retryable status that is not retried (attempts or budget exhausted) is returned as
+    the answer; the caller relays or maps it. Failures without an answer raise. All of it
+    ends by the deadline's `answer_by`: past it the attempt in flight is cancelled, its
+    connection closed, and `DeadlineExceeded` (504) raised.
+    """
+    pool = lease.pool
+    pool.budget.on_request()
+    answer_by = lease.deadline.answer_by()
+    scope = asyncio.timeout(max(0.0, answer_by - time.monotonic()))
+    try:
+        async with scope:
+            return await _attempts(lease, path, body, request_id, answer_by, rng, streamed)
+    except TimeoutError as exc:
+        if not scope.expired():
+            raise
+        lease.leave_replica()
+        pool.metrics.upstream_error(pool.name, "deadline")
+        raise DeadlineExceeded(
+            f"The request's deadline passed before the upstream '{pool.name}' answered.",
+        ) from exc
+
+
+async def _attempts(
+    lease: Lease,
+    path: str,
+    body: bytes,
+    request_id: str,
+    answer_by: float,
+    rng: Callable[[], float],
+    streamed: bool,
+) -> UpstreamResponse:
+    pool = lease.pool
+    headers = {"content-type": "application/json", "x-request-id": request_id}
+    attempt = 1
+    tried: set[str] = set()
+    while True:
+        handle = _choose(lease, tried)
+        tried.add(handle.id)
+        lease.use(handle)
+        upstream, failure = await _try(handle.upstream, path, body, headers, streamed)
+        outcome: AttemptOutcome = upstream.status if upstream is not None else _kind(failure)
+        if handle.breaker is not None:
+            handle.breaker.record(not counts_as_failure(outcome))
+        if upstream is not None and not is_retryable(outcome):
+            return upstream
+        retry_after = None
+        if upstream is not None:
+            retry_after = parse_retry_after(upstream.headers.get("retry-after"), time.time())
+        decision = should_retry(
+            attempt, outcome, retry_after, answer_by - time.monotonic(), rng=rng, policy=pool.retry
+        )
+        if not decision.retry or not pool.budget.try_spend():
+            if upstream is not None:
+                return upstream
+            lease.leave_replica()
+            assert failure is not None
+            raise translate(pool.name, failure, pool.metrics) from failure
+        lease.leave_replica()
+        pool.metrics.retried(pool.name, decision.reason)
+        if upstream is not None:
+            upstream.close()
+        await anyio.sleep(decision.delay_s)
+        attempt += 1
+
+
+def _choose(lease: Lease, tried: set[str]) -> ReplicaHandle:
+    pool = lease.pool
+    handle = pool.replicas.pick(tried)
+    if handle is None:
+        raise BackendUnavailable(
+            f"The backend '{pool.name}' has no replica that can take requests now.",
+            retry_after=1,
+        )
+    if handle.breaker is not None and not handle.breaker.allow():
+        raise BackendUnavailable(
+            f"The backend '{pool.name}' is failing; its circuit is open.",
+            retry_after=max(1, math.ceil(handle.breaker.config.open_s)),
+        )
+    return handle
+
+
+async def _try(
+    upstream: HttpUpstream, path: str, body: bytes, headers: dict[str, str], streamed: bool
+) -> tuple[UpstreamResponse | None, BackendError | None]:
+    try:
+        response = await upstream.post(path, body, headers)
+    except BackendError as exc:
+        return None, exc
+    if streamed and response.status == 200:
+        # A stream's headers come at once; its first token may not. Until that arrives
+        # nothing has been relayed, so the deadline still applies.
+        try:
+            await response.first_chunk()
+        except BackendError as exc:
+            response.close()
+            return None, exc
+        except BaseException:
+            response.close()  # cancelled: drop the connection, never pool it half-read
+            raise
+    return response, None
+
+
+def _kind(failure: BackendError | None) -> AttemptOutcome:
+    if isinstance(failure, UpstreamConnectError):
+        return "connect_error"
+    if isinstance(failure, UpstreamTimeoutError):
+        return "timeout"
+    return "protocol_error"
