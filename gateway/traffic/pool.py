@@ -7,10 +7,11 @@
 
 The lease holds the queue slot, the replica serving it and the cold-start handle
 (`Pool.at_zero` says, before `acquire`, whether the request will wait for a start).
-`release` gives all of it back: the slot (charged with real usage, or abandoned when nothing reached a model), the replica's
-in-flight count, and the upstream-duration sample. Each replica's in-flight count lives
-in one place, its `ReplicaHandle`: replica choice reads it, and the cold-start manager
-reads it (through `ReplicaSet.load`) to know which replicas are idle.
+`release` gives all of it back: the slot (charged with real usage, or abandoned when
+nothing reached a model), the replica's in-flight count, and the upstream-duration
+sample. Each replica's in-flight count lives in one place, its `ReplicaHandle`: replica
+choice reads it, and the cold-start manager reads it (through `ReplicaSet.load`) to know
+which replicas are idle.
 
 Errors are typed: `Overloaded` when the queue sheds the request, `BackendUnavailable` when
 no replica can take it (cold start failed, circuit open), `DeadlineExceeded` when the
