@@ -97,6 +97,10 @@ class HttpUpstream:
             cookie_jar=aiohttp.DummyCookieJar(),
         )
 
+    @property
+    def closed(self) -> bool:
+        return self._session is None or self._session.closed
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -1,0 +1,87 @@
+"""SemanticCache without HTTP: the tiers, background stores that are never dropped, and
+failing open past the lookup budget. The real MiniLM, verifier and local store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import orjson
+
+from cache.decision import DecisionSettings
+from cache.embedder import BatchingEmbedder, SentenceEncoder
+from cache.policy import CacheInputs, CacheKey, cache_key
+from cache.semantic import Answer, SemanticCache
+from cache.store import LocalCacheStore
+from cache.verifier import PairVerifier
+
+ANSWER = orjson.dumps(
+    {"choices": [{"index": 0, "message": {"content": "Use a tuple."}, "finish_reason": "stop"}]}
+)
+
+
+def key(prompt: str) -> CacheKey:
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
+    made = cache_key("tenant:t", "m", CacheInputs.of("chat", body))
+    assert made is not None
+    return made
+
+
+@asynccontextmanager
+async def semantic_cache(
+    tmp_path: Path,
+    encoder: SentenceEncoder,
+    verifier: PairVerifier,
+    budget_s: float = 30.0,
+    failures: list[str] | None = None,
+) -> AsyncIterator[SemanticCache]:
+    store = LocalCacheStore(tmp_path / "entries.bin", encoder.dimension, 100)
+    async with BatchingEmbedder(encoder) as embedder, anyio.create_task_group() as tasks:
+        await store.start(tasks)
+        yield SemanticCache(
+            store,
+            embedder,
+            verifier,
+            DecisionSettings(),
+            tasks,
+            budget_s=budget_s,
+            ttl_s=3600,
+            on_fail=(failures if failures is not None else []).append,
+        )
+        await store.close()
+        tasks.cancel_scope.cancel()
+
+
+async def test_a_stored_answer_is_found_by_every_tier(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
+) -> None:
+    failures: list[str] = []
+    async with semantic_cache(tmp_path, encoder, verifier, failures=failures) as cache:
+        asked = key("How do I reset my password?")
+        assert (await cache.lookup(asked)).found is None
+        # Nothing else to start: a store is never dropped for want of a task group.
+        cache.store_later(Answer(asked, "t", "m", ANSWER))
+        cache.store_later(Answer(key("an error"), "t", "m", b'{"error": {"message": "x"}}'))
+
+        async def hit_tier(prompt: str) -> str | None:
+            found = (await cache.lookup(key(prompt))).found
+            return found.tier if found is not None else None
+
+        with anyio.fail_after(10):
+            while await hit_tier("How do I reset my password?") != "exact":
+                await anyio.sleep(0.02)
+        assert failures == []
+        assert await hit_tier("how do I reset my password") == "normalized"
+        assert await hit_tier("How can I reset my password?") == "semantic"
+        assert await hit_tier("How do I delete my account?") is None
+        assert await hit_tier("an error") is None  # errors are never stored
+
+
+async def test_a_lookup_past_its_budget_fails_open(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
+) -> None:
+    async with semantic_cache(tmp_path, encoder, verifier, budget_s=1e-6) as cache:
+        lookup = await cache.lookup(key("How do I reset my password?"))
+        assert (lookup.found, lookup.failed) == (None, "budget")
