@@ -1,15 +1,14 @@
 """One request's record, and the one place its end is handled.
 
 `Exchange` is everything known about a request (who, which model, the cache probe, the
-quota reservation, the pool lease) and what it holds. `Lifecycle.track` owns it:
+quota reservation, the pool lease) and what it holds; it is its own context manager:
 
     exchange = lifecycle.begin(request)
-    async with lifecycle.track(exchange):
+    async with exchange:
         ...                         # the steps fill the exchange in
 
-(`Lifecycle.run` does that around a handler and answers its error, if any.)
-
-However the block ends, `Exchange.end` runs exactly once, shielded from cancellation:
+However the block ends, `Exchange.end` runs exactly once (the quota refund shielded from
+cancellation):
 settle (the quota reservation, with what the model really used), release (the lease),
 store (a complete answer, in the cache), record (metrics, access log, report event). A
 stream hands its end over (`Exchange.hand_off`): it runs when the stream is over instead.
@@ -21,17 +20,15 @@ An exception leaving the block is turned into the `GatewayError` the client gets
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import TracebackType
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import Response
 
 from gateway.accesslog import AccessLog
 from gateway.cache_http import HttpCache, Probe
-from gateway.errors import GatewayError, as_error, request_id
+from gateway.errors import as_error, request_id
 from gateway.events import EventLog, RequestEvent, refusal_reason
 from gateway.metrics import Metrics
 from gateway.quotas import Admission, QuotaEnforcer
@@ -39,12 +36,7 @@ from gateway.relay import Ending, Finish
 from gateway.traffic.pool import Lease
 from gateway.usage import TokenUsage, UsageTap, usage_of
 
-Serve = Callable[["Exchange"], Awaitable[Response]]
 _UNLIMITED = Admission(True)  # a tenant without quotas: nothing to reserve or settle
-
-
-async def _not_tracked(ending: Ending) -> None:
-    raise RuntimeError("the exchange is not tracked by a Lifecycle")
 
 
 @dataclass
@@ -63,19 +55,42 @@ class Exchange:
     cache: str = "none"  # the report's cache outcome when there is no probe
     probe: Probe | None = None
     lease: Lease | None = None
-    tap: UsageTap = field(default_factory=UsageTap)
+    tap: UsageTap | None = None  # counts a stream's usage as it is relayed
     cached: bool = False  # answered from the cache
     at_zero: bool = False  # its backend had no replica when it asked for one
     ending: Ending | None = None  # set by the step that produced the answer
     refused: str | None = None
     handed_off: bool = False  # a stream ends the exchange itself, when it is over
     ended: bool = False
-    end: Finish = _not_tracked
+    lifecycle: Lifecycle | None = None
+    report: bool = True  # records a report event (the OpenAI routes)
 
     def hand_off(self) -> Finish:
         """The exchange ends when the returned function is called, not with its block."""
         self.handed_off = True
         return self.end
+
+    async def end(self, ending: Ending) -> None:
+        assert self.lifecycle is not None, "the exchange was not begun by a Lifecycle"
+        await self.lifecycle.end(self, ending)
+
+    async def __aenter__(self) -> Exchange:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            if not self.handed_off:
+                await self.end(self.ending or Ending(200, None))
+        elif isinstance(exc, Exception):
+            error = as_error(exc, self.request_id)
+            self.refused = refusal_reason(error)
+            await self.end(Ending(error.status, error.code or error.type))
+            if error is not exc:
+                raise error from exc
+        else:  # cancelled: the client left
+            await self.end(Ending(499, "client_disconnected"))
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started
@@ -84,10 +99,14 @@ class Exchange:
         """What the model used: nothing for a hit or a request that never reached one."""
         if self.cached or self.lease is None or self.lease.sent_at is None:
             return TokenUsage(0, 0)
-        body = self.ending.body if self.ending is not None else None
-        if body is not None:
-            return usage_of(body) or TokenUsage(self.estimate, 0)
-        return self.tap.usage(self.estimate)
+        ending = self.ending
+        if ending is not None and ending.usage is not None:
+            return ending.usage
+        if ending is not None and ending.body is not None:
+            return usage_of(ending.body) or TokenUsage(self.estimate, 0)
+        if self.tap is not None:
+            return self.tap.usage(self.estimate)
+        return TokenUsage(self.estimate, 0)
 
 
 class Lifecycle:
@@ -105,44 +124,20 @@ class Lifecycle:
         self._access = access
         self._events = events
 
-    async def run(self, request: Request, serve: Serve, *, report: bool = True) -> Response:
-        """`serve`'s response, or the error it raised as one, its exchange tracked."""
-        exchange = self.begin(request)
-        try:
-            async with self.track(exchange, report=report):
-                return await serve(exchange)
-        except GatewayError as error:
-            return error.to_response(exchange.request_id)
-
-    def begin(self, request: Request) -> Exchange:
+    def begin(self, request: Request, *, report: bool = True) -> Exchange:
+        """The exchange of `request`, to be used as `async with` (see the module)."""
         self._metrics.in_flight.inc()
-        return Exchange(
-            request_id(request.headers), request.method, request.scope["path"], time.perf_counter()
+        headers = request.headers
+        exchange = Exchange(
+            request_id(headers), request.method, request.scope["path"], time.perf_counter()
         )
+        exchange.lifecycle = self
+        exchange.report = report
+        return exchange
 
-    @asynccontextmanager
-    async def track(self, exchange: Exchange, *, report: bool = True) -> AsyncIterator[Exchange]:
-        """Ends `exchange` however the block does (see the module)."""
-        events = self._events if report else None
-
-        async def end(ending: Ending) -> None:
-            await self._end(exchange, ending, events)
-
-        exchange.end = end
-        try:
-            yield exchange
-        except Exception as exc:
-            error = as_error(exc, exchange.request_id)
-            exchange.refused = refusal_reason(error)
-            await self._end(exchange, Ending(error.status, error.code or error.type), events)
-            if error is exc:
-                raise
-            raise error from exc
-        except BaseException:
-            await self._end(exchange, Ending(499, "client_disconnected"), events)
-            raise
-        if not exchange.handed_off:
-            await self._end(exchange, exchange.ending or Ending(200, None), events)
+    async def end(self, exchange: Exchange, ending: Ending) -> None:
+        """Settles, releases, stores and records `exchange`; once, whoever calls first."""
+        await self._end(exchange, ending, self._events if exchange.report else None)
 
     async def _end(self, exchange: Exchange, ending: Ending, events: EventLog | None) -> None:
         if exchange.ended:
@@ -150,8 +145,7 @@ class Lifecycle:
         exchange.ended = True
         exchange.ending = ending
         usage = exchange.usage()
-        with anyio.CancelScope(shield=True):
-            await self._settle(exchange, usage)
+        await self._settle(exchange, usage)
         if exchange.lease is not None:
             exchange.lease.release(usage)
         if not exchange.cached and exchange.tenant is not None and usage.total:
@@ -161,9 +155,11 @@ class Lifecycle:
         self._record(exchange, ending, usage, events)
 
     async def _settle(self, exchange: Exchange, usage: TokenUsage) -> None:
-        # A disconnect must not cancel the refund, or the tenant pays for nothing.
-        if exchange.admission.reservation is not None:
-            await self._quotas.settle(exchange.admission.reservation, usage.total)
+        reservation = exchange.admission.reservation
+        if reservation is not None:
+            # A disconnect must not cancel the refund, or the tenant pays for nothing.
+            with anyio.CancelScope(shield=True):
+                await self._quotas.settle(reservation, usage.total)
 
     def _record(
         self, exchange: Exchange, ending: Ending, usage: TokenUsage, events: EventLog | None

@@ -28,7 +28,7 @@ from backends.http import UpstreamResponse
 from gateway.auth import Authenticator
 from gateway.body import BodyReader
 from gateway.cache_http import HttpCache
-from gateway.errors import ClientGone, QuotaExceeded, StateUnavailable
+from gateway.errors import ClientGone, GatewayError, QuotaExceeded, StateUnavailable
 from gateway.lifecycle import Exchange, Lifecycle
 from gateway.metrics import Metrics
 from gateway.openai_schema import Kind, OpenAIRequest, parse_request
@@ -37,10 +37,12 @@ from gateway.relay import Ending, stream, whole
 from gateway.settings import Priority, Tenant, TrafficSettings
 from gateway.tenants import Catalog
 from gateway.traffic.deadline import Deadline, deadline_s, request_class
-from gateway.traffic.pool import Admitted, Lease, Pool
+from gateway.traffic.forward import forward
+from gateway.traffic.pool import Admitted, Pool
+from gateway.usage import UsageTap
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Call:
     """An admitted request: what it asked, who asked, where it goes, until when."""
 
@@ -77,10 +79,20 @@ class Pipeline:
         self._body = body
 
     async def openai(self, request: Request, kind: Kind) -> Response:
-        return await self._lifecycle.run(request, lambda e: self._serve(request, kind, e))
+        exchange = self._lifecycle.begin(request)
+        try:
+            async with exchange:
+                return await self._serve(request, kind, exchange)
+        except GatewayError as error:  # the one place errors become responses
+            return error.to_response(exchange.request_id)
 
     async def models(self, request: Request) -> Response:
-        return await self._lifecycle.run(request, lambda e: self._models(request, e), report=False)
+        exchange = self._lifecycle.begin(request, report=False)
+        try:
+            async with exchange:
+                return await self._models(request, exchange)
+        except GatewayError as error:
+            return error.to_response(exchange.request_id)
 
     async def _serve(self, request: Request, kind: Kind, exchange: Exchange) -> Response:
         self._body.check_declared(request)
@@ -98,20 +110,16 @@ class Pipeline:
             return cached
         admitted = self._admitted(call, exchange)
         exchange.at_zero = call.pool.at_zero
-        exchange.lease = await call.pool.acquire(admitted, call.deadline)
-        upstream = await self._forward(call, exchange, exchange.lease)
+        exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
+        path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
+        upstream = await forward(lease, path, call.raw, exchange.request_id, streamed=streamed)
         return self._with_headers(await self._relay(call, exchange, upstream), exchange)
-
-    async def _forward(self, call: Call, exchange: Exchange, lease: Lease) -> UpstreamResponse:
-        path = exchange.path.removeprefix("/v1")
-        return await lease.send(path, call.raw, exchange.request_id, streamed=call.body.streamed)
 
     async def _relay(self, call: Call, exchange: Exchange, upstream: UpstreamResponse) -> Response:
         if call.body.streamed and upstream.status == 200:
             return self._stream(call, exchange, upstream)
         backend, rid = call.pool.name, exchange.request_id
-        response, content = await whole(backend, upstream, rid, self._metrics)
-        exchange.ending = Ending(response.status_code, None, content)
+        response, exchange.ending = await whole(backend, upstream, rid, self._metrics)
         return response
 
     async def _authenticate(self, request: Request, exchange: Exchange) -> Tenant:
@@ -170,8 +178,10 @@ class Pipeline:
         recorder = self._cache.recorder(exchange.probe)
         end = exchange.hand_off()
 
+        exchange.tap = usage = UsageTap()
+
         def tap(data: bytes) -> None:
-            exchange.tap(data)
+            usage(data)
             if recorder is not None:
                 recorder.feed(data)
 

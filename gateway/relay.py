@@ -22,6 +22,7 @@ from backends.http import UpstreamResponse
 from gateway.errors import GatewayError, UpstreamError, error_body
 from gateway.metrics import Metrics
 from gateway.traffic.forward import translate
+from gateway.usage import TokenUsage, usage_in
 
 # Relayed from the upstream's answer; everything else (hop-by-hop, cookies, server) is not.
 _RELAYED_HEADERS = ("content-type", "retry-after", "openai-processing-ms")
@@ -36,6 +37,7 @@ class Ending:
     status: int
     error: str | None
     body: bytes | None = None
+    usage: TokenUsage | None = None  # what the answer says it used, when read already
 
 
 Finish = Callable[[Ending], Awaitable[None]]
@@ -44,7 +46,9 @@ Tap = Callable[[bytes], None]  # sees every relayed piece of a stream, in order
 
 async def whole(
     backend: str, upstream: UpstreamResponse, request_id: str, metrics: Metrics
-) -> tuple[Response, bytes]:
+) -> tuple[Response, Ending]:
+    """The answer as a response, and how it ended (its body, and its usage when the body
+    was parsed to check it)."""
     try:
         content = await upstream.read()
     except BackendError as exc:
@@ -52,11 +56,16 @@ async def whole(
     if upstream.status >= 500 and upstream.status != 503:
         metrics.upstream_error(backend, "status")
         raise UpstreamError(f"The upstream '{backend}' answered HTTP {upstream.status}.")
-    if upstream.status == 200 and _malformed_json(upstream.headers, content):
-        metrics.upstream_error(backend, "malformed")
-        raise UpstreamError(f"The upstream '{backend}' answered 200 with a body that is not JSON.")
+    usage = None
+    if upstream.status == 200 and "json" in upstream.headers.get("content-type", "").lower():
+        try:
+            usage = usage_in(orjson.loads(content))
+        except orjson.JSONDecodeError as exc:
+            metrics.upstream_error(backend, "malformed")
+            message = f"The upstream '{backend}' answered 200 with a body that is not JSON."
+            raise UpstreamError(message) from exc
     response = Response(content, upstream.status, relayed_headers(upstream.headers, request_id))
-    return response, content
+    return response, Ending(upstream.status, None, content, usage)
 
 
 def stream(
@@ -156,16 +165,6 @@ def _malformed_end(backend: str, metrics: Metrics, ended: list[Ending]) -> bytes
     metrics.upstream_error(backend, "malformed")
     ended.append(Ending(502, failure.code))
     return error_event(failure)
-
-
-def _malformed_json(headers: Mapping[str, str], content: bytes) -> bool:
-    if "json" not in headers.get("content-type", "").lower():
-        return False
-    try:
-        orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return True
-    return False
 
 
 def _malformed_events(events: bytes) -> bool:

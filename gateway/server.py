@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.accesslog import configure_logging
@@ -23,8 +24,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
     from gateway.app import create_app  # here: the bench's skeleton imports only the config
 
     configure_logging(settings.log_level)
-    app = FreezeAfterStartup(create_app(settings))
-    server = uvicorn.Server(uvicorn_config(app, host, port))
+    server = FreezingServer(uvicorn_config(create_app(settings), host, port))
     # uvicorn drains on SIGTERM, restores this handler and raises the signal again: a
     # gateway that drained cleanly exits 0.
     signal.signal(signal.SIGTERM, _exit_after_drain)
@@ -32,27 +32,16 @@ def serve(settings: Settings, host: str, port: int) -> int:
     return 0 if server.started else 1
 
 
-class FreezeAfterStartup:
+class FreezingServer(uvicorn.Server):
     """Once the app's lifespan has built everything, moves what exists then (objects that
     live as long as the process) out of every garbage-collection pass, and makes the
     collector run less often: requests allocate many short-lived objects."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "lifespan":
-            await self.app(scope, receive, send)
-            return
-
-        async def sent(message: Message) -> None:
-            if message["type"] == "lifespan.startup.complete":
-                gc.collect()
-                gc.freeze()
-                gc.set_threshold(20_000, 20, 20)
-            await send(message)
-
-        await self.app(scope, receive, sent)
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(20_000, 20, 20)
 
 
 def uvicorn_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:

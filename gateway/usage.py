@@ -25,7 +25,12 @@ def usage_of(body: bytes) -> TokenUsage | None:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    return _usage(parsed.get("usage")) if isinstance(parsed, dict) else None
+    return usage_in(parsed)
+
+
+def usage_in(answer: object) -> TokenUsage | None:
+    """`usage` of a parsed OpenAI answer; None if absent or unreadable."""
+    return _usage(answer.get("usage")) if isinstance(answer, dict) else None
 
 
 def _usage(value: object) -> TokenUsage | None:

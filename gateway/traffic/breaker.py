@@ -93,6 +93,8 @@ def record(state: BreakerState, failed: bool, now: float, config: BreakerConfig)
 def _record_closed(
     state: BreakerState, failed: bool, now: float, config: BreakerConfig
 ) -> BreakerState:
+    if not failed and len(state.recent) == config.window and True not in state.recent:
+        return state  # a success after a full window of them changes nothing (the usual)
     consecutive = state.consecutive_failures + 1 if failed else 0
     recent = (*state.recent, failed)[-config.window :]
     full = len(recent) == config.window

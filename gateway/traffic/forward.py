@@ -45,7 +45,7 @@ def translate(backend: str, exc: BackendError, metrics: Metrics) -> GatewayError
     return UpstreamError(f"The upstream '{backend}' failed: {exc}.")
 
 
-async def attempt_upstream(
+async def forward(
     lease: Lease,
     path: str,
     body: bytes,
@@ -63,6 +63,7 @@ async def attempt_upstream(
     connection closed, and `DeadlineExceeded` (504) raised.
     """
     pool = lease.pool
+    lease.sent_at = time.perf_counter()
     pool.budget.on_request()
     answer_by = lease.deadline.answer_by()
     scope = asyncio.timeout(max(0.0, answer_by - time.monotonic()))

@@ -1,7 +1,8 @@
 """One backend's pool: everything from "admitted" to "a replica is answering".
 
     lease = await pool.acquire(request, deadline)   # cold start, fair queue, shedding
-    upstream = await lease.send(path, body, request_id, streamed=...)   # replica, retries
+    upstream = await forward(lease, path, body, request_id, streamed=...)  # replica, retries
+                                                      # (gateway/traffic/forward.py)
     ...relay the answer...
     lease.release(usage)                              # exactly once, however it ended
 
@@ -24,12 +25,10 @@ import math
 import time
 from dataclasses import dataclass
 
-from backends.http import UpstreamResponse
 from backends.providers.replicas import Replica
 from gateway.errors import BackendUnavailable, Overloaded
 from gateway.metrics import Metrics
 from gateway.traffic.deadline import Deadline
-from gateway.traffic.forward import attempt_upstream
 from gateway.traffic.replica_set import ReplicaHandle, ReplicaSet
 from gateway.traffic.retry import RetryBudget, UpstreamRetryPolicy
 from gateway.traffic.scheduler import FairScheduler, Shed, Slot
@@ -37,7 +36,7 @@ from gateway.usage import TokenUsage
 from warmpool.manager import ColdStartFailed, ColdStartHandle, ColdStartManager
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Admitted:
     """A request's place in the queue, for the scheduler: who, how big, in which class."""
 
@@ -157,7 +156,7 @@ class Lease:
         self.cold = cold
         self.cold_wait_s = cold_wait_s
         self.replica: ReplicaHandle | None = None
-        self.sent_at: float | None = None  # perf_counter when the first attempt began
+        self.sent_at: float | None = None  # perf_counter when `forward` began
         self._released = False
 
     @property
@@ -166,14 +165,6 @@ class Lease:
         if self.cold is None or self.cold.cold_start_s is None:
             return None
         return round(self.cold.cold_start_s * 1000)
-
-    async def send(
-        self, path: str, body: bytes, request_id: str, *, streamed: bool
-    ) -> UpstreamResponse:
-        """The upstream's answer (headers and, for a 200 stream, its first bytes), after
-        the retries the pool's policy and budget allow; `self.replica` serves it."""
-        self.sent_at = time.perf_counter()
-        return await attempt_upstream(self, path, body, request_id, streamed=streamed)
 
     def use(self, replica: ReplicaHandle) -> None:
         """The attempt about to be made goes to `replica` (replacing the last one's)."""

@@ -23,6 +23,7 @@ from backends.providers.replicas import Replica
 from gateway.errors import DeadlineExceeded
 from gateway.metrics import Metrics
 from gateway.traffic.deadline import Deadline
+from gateway.traffic.forward import forward
 from gateway.traffic.pool import Admitted, Pool
 from gateway.traffic.replica_set import ReplicaSet
 from gateway.traffic.retry import RetryBudget
@@ -209,12 +210,12 @@ async def test_a_streams_first_byte_counts_toward_the_deadline() -> None:
         pool = one_replica_pool(base_url, tasks)
         lease = await pool.acquire(ADMITTED, Deadline.after(0.5))
         with pytest.raises(DeadlineExceeded):
-            await lease.send("/late", b"{}", "req-1", streamed=True)
+            await forward(lease, "/late", b"{}", "req-1", streamed=True)
         assert time.monotonic() - lease.deadline.at < 0.3
         lease.release(TokenUsage(0, 0))
         assert [h.in_flight for h in pool.replicas.handles.values()] == [0]
         lease = await pool.acquire(ADMITTED, Deadline.after(0.5))
-        upstream = await lease.send("/prompt", b"{}", "req-2", streamed=True)
+        upstream = await forward(lease, "/prompt", b"{}", "req-2", streamed=True)
         assert [h.in_flight for h in pool.replicas.handles.values()] == [1]
         assert b"".join([chunk async for chunk in upstream.chunks()]) == EVENT * 2
         lease.release(TokenUsage(1, 2))
