@@ -18,7 +18,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.accesslog import AccessLog
-from gateway.admin import admin_routes
+from gateway.admin.api import admin_routes
 from gateway.compose import Parts, build
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, request_id
 from gateway.metrics import Metrics
@@ -26,7 +26,7 @@ from gateway.openai_schema import Kind
 from gateway.openapi import openapi_document
 from gateway.pipeline import Pipeline
 from gateway.settings import Settings
-from gateway.state import StateStoreError
+from gateway.tenancy.state import StateStoreError
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 OPENAI_ROUTES: dict[str, Kind] = {

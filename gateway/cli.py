@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.config_file import load_settings
 from gateway.settings import Backend, ConfigError, Settings
-from gateway.state import StateStoreError
+from gateway.tenancy.state import StateStoreError
 
 if TYPE_CHECKING:
-    from gateway.reports import ReportKind
+    from gateway.admin.reports import ReportKind
 
 DEFAULT_CONFIG = "gateway.yaml"
 
@@ -98,7 +98,7 @@ def _report_parsers(commands: Any, config: argparse.ArgumentParser) -> None:
 
 
 def _report(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.reports import QueryError, ReportQuery, ReportUnavailable, build_report
+    from gateway.admin.reports import QueryError, ReportQuery, ReportUnavailable, build_report
 
     try:
         query = ReportQuery.parse(args.since, args.until, args.tenant, args.model, args.bucket)
@@ -126,14 +126,14 @@ def _formatted(reports: dict[str, dict[str, Any]], form: str) -> str:
         data = next(iter(reports.values())) if len(reports) == 1 else reports
         return json.dumps(data, indent=2) + "\n"
     if form == "html":
-        from gateway.reports.html import render
+        from gateway.admin.reports.html import render
 
         return render(reports.get("cache"), reports.get("cold_start"))
     import io
 
     from rich.console import Console
 
-    from gateway.reports.table import render as render_table
+    from gateway.admin.reports.table import render as render_table
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=120, force_terminal=sys.stdout.isatty())
@@ -201,7 +201,7 @@ def _backend_for_weights(settings: Settings, model: str) -> Backend | None:
 
 def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.compose import open_state_store
-    from gateway.keys import create_key
+    from gateway.tenancy.keys import create_key
 
     if args.tenant not in {t.name for t in settings.tenants}:
         known = ", ".join(t.name for t in settings.tenants) or "none"

@@ -26,8 +26,8 @@ from cache.policy import PolicySettings
 from cache.semantic import AnswerCache, NullCache, SemanticCache
 from cache.store import CacheStore
 from gateway.accesslog import AccessLog
-from gateway.admin import AdminApi
-from gateway.auth import AdminAuthenticator, Authenticator
+from gateway.admin.api import AdminApi
+from gateway.admin.reports import build_report
 from gateway.body import BodyReader
 from gateway.cache_http import HttpCache
 from gateway.events import (
@@ -39,18 +39,18 @@ from gateway.events import (
     open_sink,
 )
 from gateway.health import BackendHealth
-from gateway.keys import admin_key_hashes, configured_keys
 from gateway.lifecycle import Lifecycle
 from gateway.metrics import Metrics, counter, gauge
 from gateway.pipeline import Pipeline
-from gateway.quotas import LocalQuotas, QuotaEnforcer
-from gateway.quotas_redis import RedisQuotas
-from gateway.reports import build_report
 from gateway.settings import Backend, Settings
-from gateway.state import FileStateStore, StateStore, StateStoreError
-from gateway.state_redis import RedisStateStore
-from gateway.tenant_store import TenantDirectory
-from gateway.tenants import Catalog
+from gateway.tenancy.auth import AdminAuthenticator, Authenticator
+from gateway.tenancy.keys import admin_key_hashes, configured_keys
+from gateway.tenancy.quotas import LocalQuotas, QuotaEnforcer
+from gateway.tenancy.quotas_redis import RedisQuotas
+from gateway.tenancy.state import FileStateStore, StateStore, StateStoreError
+from gateway.tenancy.state_redis import RedisStateStore
+from gateway.tenancy.tenant_store import TenantDirectory
+from gateway.tenancy.tenants import Catalog
 from gateway.traffic.breaker import CircuitBreaker
 from gateway.traffic.pool import Pool
 from gateway.traffic.replica_set import ReplicaSet

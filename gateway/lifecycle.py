@@ -31,8 +31,8 @@ from gateway.cache_http import HttpCache, Probe
 from gateway.errors import as_error, request_id
 from gateway.events import EventLog, RequestEvent, refusal_reason
 from gateway.metrics import Metrics
-from gateway.quotas import Admission, QuotaEnforcer
 from gateway.relay import Ending, Finish
+from gateway.tenancy.quotas import Admission, QuotaEnforcer
 from gateway.traffic.pool import Lease
 from gateway.usage import TokenUsage, UsageTap, usage_of
 

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document served at `/openapi.json`: the OpenAI routes the gateway
 serves and the admin API, with schemas generated from the same pydantic models that
-validate the bodies (gateway/openai_schema.py, gateway/admin_models.py)."""
+validate the bodies (gateway/openai_schema.py, gateway/admin/models.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from gateway import admin_models as m
+from gateway.admin import models as m
 from gateway.openai_schema import ChatRequest, CompletionRequest, EmbeddingRequest
 
 _REF = "#/components/schemas/{model}"

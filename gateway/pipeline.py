@@ -1,9 +1,9 @@
 """The request path, top to bottom (`Pipeline._serve`), one call per step:
 
     parse        body within limits (gateway/body.py), typed request (gateway/openai_schema.py)
-    authenticate the tenant's key (gateway/auth.py)
-    route        model -> backend pool, tenant may use it (gateway/tenants.py)
-    admit        quotas reserve the estimated tokens (gateway/quotas.py)
+    authenticate the tenant's key (gateway/tenancy/auth.py)
+    route        model -> backend pool, tenant may use it (gateway/tenancy/tenants.py)
+    admit        quotas reserve the estimated tokens (gateway/tenancy/quotas.py)
     cache        look the prompt up, answer a hit (gateway/cache_http.py -> cache/semantic.py)
     acquire      cold start, fair queue, shedding: a lease (gateway/traffic/pool.py)
     forward      replica, breaker, budgeted retries (gateway/traffic/forward.py)
@@ -25,17 +25,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.http import UpstreamResponse
-from gateway.auth import Authenticator
 from gateway.body import BodyReader
 from gateway.cache_http import HttpCache
 from gateway.errors import ClientGone, GatewayError, QuotaExceeded, StateUnavailable
 from gateway.lifecycle import Exchange, Lifecycle
 from gateway.metrics import Metrics
 from gateway.openai_schema import Kind, OpenAIRequest, parse_request
-from gateway.quotas import Admission, QuotaEnforcer, QuotaLimits
 from gateway.relay import Ending, stream, whole
 from gateway.settings import Priority, Tenant, TrafficSettings
-from gateway.tenants import Catalog
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.quotas import Admission, QuotaEnforcer, QuotaLimits
+from gateway.tenancy.tenants import Catalog
 from gateway.traffic.deadline import Deadline, deadline_s, request_class
 from gateway.traffic.forward import forward
 from gateway.traffic.pool import Admitted, Pool
@@ -150,7 +150,7 @@ class Pipeline:
             q.tokens_per_month,
         )
         if limits.unlimited:
-            return
+            return  # nothing to reserve or settle
         admission = await self._quotas.admit(call.tenant.name, limits, exchange.estimate)
         if not admission.allowed:
             self._metrics.quota_rejected(call.tenant.name, admission.reason or "unknown")

@@ -12,7 +12,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.openai_schema import MAX_TOKENS
-from gateway.quotas import estimate_tokens
+from gateway.tenancy.quotas import estimate_tokens
 from tests.conftest import fake_backend, hash_of
 from tests.support.processes import Gateway, start_gateway
 

@@ -1,7 +1,7 @@
 """Which backend serves a model, and which models a tenant may use.
 
 Tenants come from the configuration, overlaid by those the admin API stored (see
-gateway/tenant_store.py): an overlay replaces the configured tenant of the same name
+gateway/tenancy/tenant_store.py): an overlay replaces the configured tenant of the same name
 (keeping its configured keys), or hides it.
 """
 

@@ -8,9 +8,9 @@ import time
 from collections.abc import Mapping
 from typing import TextIO
 
-from gateway.auth import Principal
 from gateway.settings import AdminSettings, DeclaredKey, Tenant, hash_key
-from gateway.state import KeyRecord, StateStore
+from gateway.tenancy.auth import Principal
+from gateway.tenancy.state import KeyRecord, StateStore
 
 KEY_PREFIX = "sk-gw-"
 ADMIN_KEY_ENV = "GATEWAY_ADMIN_KEY"

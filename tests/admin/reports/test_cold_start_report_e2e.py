@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import openai
 
+from gateway.admin.reports import ReportQuery, build_report
 from gateway.config_file import load_settings
-from gateway.reports import ReportQuery, build_report
 from tests.conftest import GatewayFactory, hash_of
 from tests.support.fake_upstream import on_demand_backend
 

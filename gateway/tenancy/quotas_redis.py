@@ -49,7 +49,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.quotas import (
+from gateway.tenancy.quotas import (
     DEFAULT_LEASE_TTL_S,
     REASONS,
     STATE_UNAVAILABLE,
@@ -64,9 +64,9 @@ from gateway.quotas import (
     refused,
     retry_headers,
 )
-from gateway.state import StateStoreError
+from gateway.tenancy.state import StateStoreError
 
-_log = logging.getLogger("gateway.quotas")
+_log = logging.getLogger("gateway.tenancy.quotas")
 
 _LUA_COMMON = """
 local t = redis.call('TIME')

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gateway.errors import GatewayError, StateUnavailable, Unauthenticated
 from gateway.settings import hash_key
-from gateway.state import StateStore, StateStoreError
+from gateway.tenancy.state import StateStore, StateStoreError
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from gateway.admin.reports.cache_report import cache_report, selected
+from gateway.admin.reports.cold_start_report import cold_start_report, start_time
+from gateway.admin.reports.query import QueryError, ReportQuery, parse_duration, parse_time
+from gateway.admin.reports.source import Record, ReportUnavailable, read_events
 from gateway.events import REQUESTS, SCALE
-from gateway.reports.cache_report import cache_report, selected
-from gateway.reports.cold_start_report import cold_start_report, start_time
-from gateway.reports.query import QueryError, ReportQuery, parse_duration, parse_time
-from gateway.reports.source import Record, ReportUnavailable, read_events
 from gateway.settings import Settings
 
 __all__ = [

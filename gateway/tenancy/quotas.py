@@ -16,7 +16,7 @@ continuously, as OpenAI's own limits do. Budgets per day and per month are count
 reset at UTC calendar boundaries.
 
 `LocalQuotas` keeps this state in process: the embedded default, and the fallback of
-`RedisQuotas` (gateway/quotas_redis.py), which shares it between replicas. Both implement
+`RedisQuotas` (gateway/tenancy/quotas_redis.py), which shares it between replicas. Both implement
 `QuotaEnforcer`. The decisions themselves are pure functions, with the clock passed in.
 """
 

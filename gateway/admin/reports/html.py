@@ -1,6 +1,6 @@
 """The cache and cold-start reports as one self-contained HTML page.
 
-Everything is inline: the CSS and the plots (SVG from `gateway.reports.svg`, with the
+Everything is inline: the CSS and the plots (SVG from `gateway.admin.reports.svg`, with the
 browser's own tooltips, so no script at all). A Content-Security-Policy forbids every
 fetch and every script, so the page stays offline and inert even if a value ever slipped
 past escaping. Every value from a report is escaped (html.escape) before it reaches the page.
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gateway.reports.svg import Point, Row, Segment, Series, hbars, histogram, line_plot
+from gateway.admin.reports.svg import Point, Row, Segment, Series, hbars, histogram, line_plot
 
 Fmt = Callable[[float], str]
 

@@ -14,7 +14,7 @@ import orjson
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from gateway.state import KeyRecord, StateStoreError
+from gateway.tenancy.state import KeyRecord, StateStoreError
 
 
 class RedisStateStore:

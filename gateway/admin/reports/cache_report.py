@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.reports.query import ReportQuery
-from gateway.reports.stats import histogram, iso, rate, summary
+from gateway.admin.reports.query import ReportQuery
+from gateway.admin.reports.stats import histogram, iso, rate, summary
 from gateway.settings import Price
 
 Record = dict[str, Any]

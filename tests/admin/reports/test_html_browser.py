@@ -19,9 +19,9 @@ import openai
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route, sync_playwright
 
+from gateway.admin.reports import ReportQuery, build_report
+from gateway.admin.reports.html import render
 from gateway.config_file import load_settings
-from gateway.reports import ReportQuery, build_report
-from gateway.reports.html import render
 from gateway.settings import Settings
 from tests.conftest import GatewayFactory, fake_backend, hash_of
 from tests.support.fake_upstream import on_demand_backend

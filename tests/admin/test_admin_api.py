@@ -14,11 +14,11 @@ import pytest
 import redis
 import schemathesis
 
-from gateway.auth import AdminAuthenticator, AdminDisabled, Authenticator
 from gateway.errors import Unauthenticated
-from gateway.keys import admin_key_hashes
 from gateway.settings import AdminSettings
-from gateway.state import FileStateStore
+from gateway.tenancy.auth import AdminAuthenticator, AdminDisabled, Authenticator
+from gateway.tenancy.keys import admin_key_hashes
+from gateway.tenancy.state import FileStateStore
 from tests.conftest import GatewayFactory, hash_of, uncached_config
 from tests.support.processes import Gateway
 

@@ -14,6 +14,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from gateway.admin.reports import QueryError, ReportQuery, build_report, parse_time
+from gateway.admin.reports.cache_report import cache_report
+from gateway.admin.reports.cold_start_report import cold_start_report, phases_of, split_time
+from gateway.admin.reports.stats import histogram, percentile
+from gateway.admin.reports.table import render
 from gateway.events import (
     REQUESTS,
     EventLog,
@@ -23,11 +28,6 @@ from gateway.events import (
     ScaleEvent,
     jsonl_path,
 )
-from gateway.reports import QueryError, ReportQuery, build_report, parse_time
-from gateway.reports.cache_report import cache_report
-from gateway.reports.cold_start_report import cold_start_report, phases_of, split_time
-from gateway.reports.stats import histogram, percentile
-from gateway.reports.table import render
 from gateway.settings import Settings
 from tests.support.processes import free_port
 from warmpool.timeline import ColdStartTimeline, JsonLinesSink

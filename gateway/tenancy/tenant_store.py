@@ -18,10 +18,10 @@ import anyio
 from pydantic import ValidationError
 
 from gateway.settings import TenantProfile
-from gateway.state import StateStore, StateStoreError
-from gateway.tenants import Catalog
+from gateway.tenancy.state import StateStore, StateStoreError
+from gateway.tenancy.tenants import Catalog
 
-_log = logging.getLogger("gateway.tenants")
+_log = logging.getLogger("gateway.tenancy.tenants")
 
 
 class TenantDirectory:

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from gateway.quotas import (
+from gateway.tenancy.quotas import (
     Admission,
     LocalQuotas,
     QuotaLimits,
@@ -27,7 +27,7 @@ from gateway.quotas import (
     format_reset,
     worst,
 )
-from gateway.quotas_redis import RedisQuotas, tenant_keys
+from gateway.tenancy.quotas_redis import RedisQuotas, tenant_keys
 from tests.support.processes import free_port
 
 # --- pure -------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The admin API (`/admin/...`): tenants, their keys, usage, cache and reports, for operators.
 
-Every route needs an admin key (gateway/auth.py: tenant keys get 403, no or unknown key
+Every route needs an admin key (gateway/tenancy/auth.py: tenant keys get 403, no or unknown key
 401; with no admin key configured the API answers 404). Bodies are JSON, validated by the
-models of gateway/admin_models.py; errors use OpenAI's shape. Tenants written here live in
+models of gateway/admin/models.py; errors use OpenAI's shape. Tenants written here live in
 the state store and reach every replica's live traffic within about a second
-(gateway/tenant_store.py).
+(gateway/tenancy/tenant_store.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from starlette.routing import Route
 from cache.semantic import AnswerCache
 from cache.store import CacheUnavailable
 from gateway.accesslog import AccessLog
-from gateway.admin_models import (
+from gateway.admin.models import (
     DURATION,
     ISO_TIME,
     BudgetUsage,
@@ -43,7 +43,13 @@ from gateway.admin_models import (
     TenantPatch,
     TenantUsage,
 )
-from gateway.auth import AdminAuthenticator, Principal
+from gateway.admin.reports import (
+    QueryError,
+    ReportKind,
+    ReportQuery,
+    ReportUnavailable,
+    parse_time,
+)
 from gateway.errors import (
     BadRequest,
     BodyTooLarge,
@@ -52,19 +58,13 @@ from gateway.errors import (
     as_error,
 )
 from gateway.errors import request_id as new_request_id
-from gateway.keys import create_key
-from gateway.quotas import QuotaEnforcer, calendar, rate_view
-from gateway.reports import (
-    QueryError,
-    ReportKind,
-    ReportQuery,
-    ReportUnavailable,
-    parse_time,
-)
 from gateway.settings import Tenant, TenantProfile
-from gateway.state import StateStore, StateStoreError
-from gateway.tenant_store import TenantDirectory
-from gateway.tenants import Source
+from gateway.tenancy.auth import AdminAuthenticator, Principal
+from gateway.tenancy.keys import create_key
+from gateway.tenancy.quotas import QuotaEnforcer, calendar, rate_view
+from gateway.tenancy.state import StateStore, StateStoreError
+from gateway.tenancy.tenant_store import TenantDirectory
+from gateway.tenancy.tenants import Source
 
 MAX_BODY_BYTES = 64 * 1024
 _Model = TypeVar("_Model", bound=BaseModel)
@@ -101,7 +101,7 @@ class AdminApi:
     cache: AnswerCache
     config_keys: dict[str, Principal]  # key hash -> principal, declared in config
     access: AccessLog
-    reports: ReportSource  # gateway.reports.build_report, with the settings bound
+    reports: ReportSource  # gateway.admin.reports.build_report, with the settings bound
 
     async def handle(
         self, request: Request, action: Callable[[Request], Awaitable[Answer]]

@@ -22,8 +22,8 @@ import httpx
 import openai
 import pytest
 
+from gateway.admin.reports import ReportQuery, build_report
 from gateway.config_file import load_settings
-from gateway.reports import ReportQuery, build_report
 from gateway.settings import Settings
 from tests.conftest import fake_backend, hash_of
 from tests.support.processes import Gateway, start_gateway

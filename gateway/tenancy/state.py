@@ -4,7 +4,7 @@ hides a tenant of the configuration).
 
 `FileStateStore` is the embedded default: state in memory, persisted to one JSON file
 (written atomically) and re-read when another process (the CLI) changed it.
-`RedisStateStore` (gateway/state_redis.py) shares it between replicas.
+`RedisStateStore` (gateway/tenancy/state_redis.py) shares it between replicas.
 """
 
 from __future__ import annotations

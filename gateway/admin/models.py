@@ -13,7 +13,7 @@ from gateway.settings import Name, Priority, Quotas, TenantProfile
 TenantName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
 
 
-# The report query's forms (gateway/reports/query.py), as /openapi.json states them: a
+# The report query's forms (gateway/admin/reports/query.py), as /openapi.json states them: a
 # duration back from now (under 1000 units), or an ISO 8601 time (days to 28, years
 # 2000-2099: every match is a date the parser takes, after the events' epoch).
 DURATION = r"^[1-9][0-9]{0,2}(\.[0-9]{1,3})?[smhdw]$"
@@ -126,7 +126,7 @@ class CacheFlushed(_Out):
 
 
 class Report(RootModel[dict[str, Any]]):
-    """A report as `gateway report --format json` prints it (gateway/reports)."""
+    """A report as `gateway report --format json` prints it (gateway/admin/reports)."""
 
 
 class ErrorDetail(_Out):

@@ -20,8 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.reports.query import ReportQuery
-from gateway.reports.stats import iso, mean, percentile
+from gateway.admin.reports.query import ReportQuery
+from gateway.admin.reports.stats import iso, mean, percentile
 from gateway.settings import Settings
 
 Record = dict[str, Any]

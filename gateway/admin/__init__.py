@@ -1,0 +1,1 @@
+"""The operator surface: the admin API, its models, and the reports."""

@@ -1,0 +1,1 @@
+"""Who may ask for what: API keys, tenants, quotas, and the state stores they live in."""
