@@ -25,6 +25,9 @@ built without holding the lock (an HNSW build takes seconds), then the vectors a
 meanwhile are appended and the swap happens under the lock, so searches never wait for it.
 
 Every method blocks; the stores call the slow ones from worker threads.
+
+Over 400 lines: the flat and HNSW indexes share the rebuild and deletion bookkeeping
+that keeps searches lock-free while they change.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ past it, or Redis restarted empty). On a gap, or when Redis goes away, it retrie
 exponential backoff and rebuilds when Redis answers again. Every Redis error reaching a
 caller is `CacheUnavailable`; socket timeouts are short (`timeout_s`), and only a broken
 pooled connection is retried, once.
+
+Over 400 lines: the Redis store and its Lua scripts' callers; the scripts themselves
+are in `redis_scripts.py`.
 """
 
 from __future__ import annotations

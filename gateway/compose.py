@@ -4,6 +4,9 @@ group; every resource is closed by its exit stack. Nothing happens at import.
 
     state store, backend pools (+ cold-start managers, weight stager, timeline),
     quotas, the cache, events, authentication, the pipeline, backend health, admin API
+
+Over 400 lines on purpose: it is the one place where every part is built and wired,
+so that no other module constructs what it depends on.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ reset at UTC calendar boundaries.
 `LocalQuotas` keeps this state in process: the embedded default, and the fallback of
 `RedisQuotas` (gateway/tenancy/quotas_redis.py), which shares it between replicas. Both implement
 `QuotaEnforcer`. The decisions themselves are pure functions, with the clock passed in.
+
+Over 400 lines: the pure decisions and the in-process enforcer share their types and
+are tested as one; the Redis enforcer is its own module.
 """
 
 from __future__ import annotations

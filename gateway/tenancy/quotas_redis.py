@@ -31,6 +31,9 @@ When Redis fails (down, timeout, error), rate limits fall back to a `LocalQuotas
 this replica's share (limit // live replicas last seen), budgets fail closed (`unavailable`),
 and the `on_fallback` hook hears every such decision. Settlements that cannot reach Redis
 are retried by `run()`; the lease TTL bounds what a crashed replica can leak.
+
+Over 400 lines: most of it is the one Lua script (GCRA and budgets in one round trip),
+which must stay in one piece to stay atomic.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ grown past its deadline is dropped then, not when the deadline comes.
 
 `FairQueue` is the pure bookkeeping (no clock, no I/O); `FairScheduler` is the asyncio
 driver: concurrency slots, deadlines, shedding (decisions in `gateway.traffic.shedding`), metrics.
+
+Over 400 lines: the pure queue and its asyncio driver stay together, since the driver's
+slots, timers and shedding checks are the queue's invariants seen from the event loop.
 """
 
 from __future__ import annotations
@@ -159,6 +162,11 @@ class FairQueue:
         if not lower:
             return None
         return max((q[-1] for q in self._waiting[max(lower)].values()), key=lambda e: e.seq)
+
+    def dispatch_at_once(self, entry: Entry) -> None:
+        """Straight to in flight when nobody waits: as `push` then `dispatch`."""
+        self._join(entry.tenant)
+        self._counters[entry.tenant] += entry.charge
 
     def dispatch(self, entry: Entry) -> None:
         """Queued → in flight: charge the estimate."""
@@ -354,6 +362,10 @@ class FairScheduler:
         now = self._clock()
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
         entry = Entry(tenant, weight, priority, self._ranks[priority], charge, deadline, now)
+        if not self._waiters and self._in_flight < self._max and now < deadline:
+            # Nobody waits and a slot is free: what push, pump and grant would do, at once.
+            self._queue.dispatch_at_once(entry)
+            return self._start(entry, now)
         self._admit(entry, now)
         loop = asyncio.get_running_loop()
         waiter = self._waiters[entry] = _Waiter(loop.create_future())
@@ -454,12 +466,15 @@ class FairScheduler:
     def _grant(self, entry: Entry, now: float) -> None:
         waiter = self._forget(entry, withdraw=False)
         self._queue.dispatch(entry)
+        waiter.future.set_result(self._start(entry, now))
+
+    def _start(self, entry: Entry, now: float) -> Slot:
         self._in_flight += 1
         self._dispatched[entry.priority] = self._dispatched.get(entry.priority, 0) + 1
         self._load.record(now, entry.rank)
-        waiter.future.set_result(Slot(self, entry, now))
         if self._on_wait is not None:
             self._on_wait(entry.priority, now - entry.enqueued_at)
+        return Slot(self, entry, now)
 
     def _drop(self, entry: Entry, reason: str) -> None:
         """Takes a waiter out of the queue and fails its acquire with Shed."""

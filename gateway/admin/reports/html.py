@@ -5,6 +5,9 @@ browser's own tooltips, so no script at all). A Content-Security-Policy forbids 
 fetch and every script, so the page stays offline and inert even if a value ever slipped
 past escaping. Every value from a report is escaped (html.escape) before it reaches the page.
 Reports arrive as plain dicts (their JSON form); missing keys and nulls read as "no data".
+
+Over 400 lines: one self-contained page (markup, styles and every section's plot) with
+no template engine; the plots themselves are in `svg.py`.
 """
 
 from __future__ import annotations
