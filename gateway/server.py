@@ -8,13 +8,14 @@ import signal
 import socket
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.accesslog import configure_logging
+from gateway.disconnect import SERVER_CANCELS, cancel_on_disconnect
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -70,7 +71,9 @@ HEADERS_TIMEOUT_S = 10.0
 
 class HeadersDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, closing connections whose headers do not arrive in
-    time (idle connections between requests are uvicorn's keep-alive timeout's)."""
+    time (idle connections between requests are uvicorn's keep-alive timeout's), and
+    cancelling a request whose client left before its answer began
+    (`gateway.disconnect`)."""
 
     _headers_timer: asyncio.TimerHandle | None = None
 
@@ -85,10 +88,16 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+        if self.cycle is not None:
+            scope: dict[str, Any] = self.cycle.scope  # type: ignore[assignment]
+            scope[SERVER_CANCELS] = True  # no watcher task per request needed
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        cycle = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and not cycle.response_started:
+            cancel_on_disconnect(cycle.scope)  # type: ignore[arg-type]
 
     def _arm(self) -> None:
         self._disarm()
