@@ -1,12 +1,24 @@
-"""Reading a request body within the gateway's limits: size (413) and time (408)."""
+"""Reading a request: its headers once (`header_map`), its body within the gateway's
+limits of size (413) and time (408)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from starlette.requests import Request
+from starlette.types import Scope
 
 from gateway.errors import BadRequest, BodyTooLarge, RequestTimeout
+
+
+def header_map(scope: Scope) -> dict[str, str]:
+    """The request's headers as a plain dict, built once: lower-case names, the first of
+    repeated ones (as Starlette's `Headers.get`, which scans the list on every call)."""
+    headers: dict[str, str] = {}
+    for name, value in reversed(scope["headers"]):
+        headers[name.decode("latin-1")] = value.decode("latin-1")
+    return headers
 
 
 class BodyReader:
@@ -14,9 +26,9 @@ class BodyReader:
         self._max = max_bytes
         self._timeout_s = timeout_s
 
-    def check_declared(self, request: Request) -> None:
+    def check_declared(self, headers: Mapping[str, str]) -> None:
         """Refuses a body declared too large before reading it (or authenticating)."""
-        declared = request.headers.get("content-length")
+        declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max:
             raise BodyTooLarge(f"The request body exceeds {self._max} bytes.")
 

@@ -27,6 +27,7 @@ import anyio
 from starlette.requests import Request
 
 from gateway.accesslog import AccessLog
+from gateway.body import header_map
 from gateway.cache_http import HttpCache, Probe
 from gateway.errors import as_error, request_id
 from gateway.events import EventLog, RequestEvent, refusal_reason
@@ -47,6 +48,7 @@ class Exchange:
     method: str
     path: str
     started: float  # perf_counter
+    headers: dict[str, str]  # gateway.body.header_map
     tenant: str | None = None
     model: str | None = None
     backend: str | None = None
@@ -126,10 +128,14 @@ class Lifecycle:
 
     def begin(self, request: Request, *, report: bool = True) -> Exchange:
         """The exchange of `request`, to be used as `async with` (see the module)."""
-        self._metrics.in_flight.inc()
-        headers = request.headers
+        self._metrics.in_flight += 1
+        headers = header_map(request.scope)
         exchange = Exchange(
-            request_id(headers), request.method, request.scope["path"], time.perf_counter()
+            request_id(headers),
+            request.method,
+            request.scope["path"],
+            time.perf_counter(),
+            headers,
         )
         exchange.lifecycle = self
         exchange.report = report
@@ -166,7 +172,7 @@ class Lifecycle:
     ) -> None:
         seconds = time.perf_counter() - exchange.started
         e = exchange
-        self._metrics.in_flight.dec()
+        self._metrics.in_flight -= 1
         self._metrics.request_done(e.path, e.tenant or "-", e.model or "-", ending.status, seconds)
         self._access.write(
             e.request_id, e.method, e.path, e.tenant, e.model, ending.status, seconds, ending.error

@@ -46,7 +46,10 @@ class Metrics:
             ["backend", "kind"],
             registry=r,
         )
-        self.in_flight = Gauge("gateway_requests_in_flight", "Requests being answered.", registry=r)
+        # A plain number, read at scrape time: no lock taken twice per request.
+        self.in_flight = 0
+        in_flight = Gauge("gateway_requests_in_flight", "Requests being answered.", registry=r)
+        in_flight.set_function(lambda: self.in_flight)
         self._retries = Counter(
             "gateway_retries",
             "Upstream retries, by backend and cause.",

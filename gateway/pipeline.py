@@ -93,7 +93,7 @@ class Pipeline:
             return error.to_response(exchange.request_id)
 
     async def _serve(self, request: Request, kind: Kind, exchange: Exchange) -> Response:
-        self._body.check_declared(request)
+        self._body.check_declared(exchange.headers)
         tenant = await self._authenticate(request, exchange)
         raw = await self._body.read(request)
         body = parse_request(kind, raw)
@@ -121,7 +121,7 @@ class Pipeline:
         return response
 
     async def _authenticate(self, request: Request, exchange: Exchange) -> Tenant:
-        principal = await self._auth.authenticate(request.headers.get("authorization"))
+        principal = await self._auth.authenticate(exchange.headers.get("authorization"))
         exchange.tenant = principal.tenant
         return self._catalog.tenant(principal.tenant)
 
@@ -130,7 +130,7 @@ class Pipeline:
     ) -> Call:
         route = self._catalog.route(tenant.name, body.model)
         exchange.backend = route.backend
-        headers = request.headers
+        headers = exchange.headers
         priority = request_class(headers, tenant.priority, tenant.priority_header)
         # The deadline is the class's the request runs in, and started when it arrived.
         length_s = deadline_s(headers, self._traffic.deadline_s.get(priority, 60.0))
@@ -156,7 +156,7 @@ class Pipeline:
         exchange.admission = admission
 
     async def _lookup(self, call: Call, exchange: Exchange) -> Response | None:
-        cache_control = call.request.headers.get("cache-control")
+        cache_control = exchange.headers.get("cache-control")
         exchange.probe = probe = self._cache.probe(call.tenant, call.body, cache_control)
         if probe is None:
             exchange.cache = self._cache.skipped(call.body)
