@@ -4,7 +4,9 @@ what it finds into responses and headers.
 
     lookup(key) -> Lookup     exact key, then normalized key, then (when the key allows it)
                               embedding similarity verified by the decision rules
-    store_later(...)          in the owner's task group, never on the request path
+    store_later(...)          in the owner's task group, never on the request path; until
+                              it is stored, the answer is served to an identical request
+                              from memory (a client repeating a request at once hits)
     record_hit_later(entry)   likewise
 
 Lookups fail open: past `budget_s`, or when the store or the embedder fails, `Lookup.failed`
@@ -18,10 +20,11 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import numpy as np
 import orjson
 from anyio.abc import TaskGroup
 
@@ -36,6 +39,7 @@ if TYPE_CHECKING:  # the model-backed parts load only when the cache is enabled
 
 _log = logging.getLogger("cache.semantic")
 _STORE_TIMEOUT_S = 10.0
+_NO_VECTOR = np.zeros(0, dtype=np.float32)  # a pending entry's, until it is embedded
 
 StageHook = Callable[[str, float], None]  # (stage, seconds): "embed", "search", "total"
 FailHook = Callable[[str], None]  # why a lookup or store failed open
@@ -56,6 +60,9 @@ class Lookup:
     similarity: float | None = None  # the hit's, or the best the semantic tier saw
     embedded: Embedded | None = None  # the prompt's embedding, reused when storing
     failed: str | None = None  # "budget", "store", "error": failed open
+    # why a completed lookup missed: "no_entry" (exact tiers only), "no_candidate" (nothing
+    # similar enough), "refused:<rule>" (the decision refused the best candidate)
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,8 +103,12 @@ class SemanticCache:
         self._semantic = semantic
         self._on_stage = on_stage or (lambda stage, seconds: None)
         self._on_fail = on_fail or (lambda reason: None)
+        self._pending: dict[str, CacheEntry] = {}  # by exact key: answers being stored
 
     async def lookup(self, key: CacheKey) -> Lookup:
+        pending = self._pending.get(key.exact_key)
+        if pending is not None:
+            return Lookup(Found(pending, "exact", 1.0), 1.0)
         started = time.perf_counter()
         try:
             with anyio.fail_after(self._budget_s):
@@ -113,10 +124,15 @@ class SemanticCache:
         return found
 
     def store_later(self, answer: Answer) -> None:
-        self._tasks.start_soon(self._store_answer, answer)
+        if not _storable(answer.body):
+            return
+        entry = self._entry(answer, answer.embedded)
+        self._pending.setdefault(entry.exact_key, entry)
+        self._tasks.start_soon(self._store_answer, answer, entry)
 
     def record_hit_later(self, entry_id: str) -> None:
-        self._tasks.start_soon(self._record_hit, entry_id)
+        if all(entry.entry_id != entry_id for entry in self._pending.values()):
+            self._tasks.start_soon(self._record_hit, entry_id)
 
     async def flush(self, tenants: Collection[str]) -> tuple[int, int]:
         return await flush_tenants(self._store, tenants)
@@ -127,7 +143,7 @@ class SemanticCache:
             if entry is not None:
                 return Lookup(Found(entry, tier, 1.0), 1.0)
         if not (self._semantic and key.semantic):
-            return Lookup()
+            return Lookup(reason="no_entry")
         return await self._nearest(key)
 
     async def _nearest(self, key: CacheKey) -> Lookup:
@@ -144,10 +160,10 @@ class SemanticCache:
         self._on_stage("search", time.perf_counter() - searched)
         best = max((score for _, score in near), default=None)
         candidates = [Candidate(e.prompt, e.features, score) for e, score in near]
-        chosen = decide(key.prompt, embedded, candidates, decision, self._verifier).index
-        if chosen is None:
-            return Lookup(None, best, embedded)
-        entry, similarity = near[chosen]
+        decided = decide(key.prompt, embedded, candidates, decision, self._verifier)
+        if decided.index is None:
+            return Lookup(None, best, embedded, reason=_miss_reason(decided.reason))
+        entry, similarity = near[decided.index]
         return Lookup(Found(entry, "semantic", similarity), similarity, embedded)
 
     async def _record_hit(self, entry_id: str) -> None:
@@ -156,20 +172,24 @@ class SemanticCache:
         except CacheUnavailable:
             self._on_fail("record_hit")
 
-    async def _store_answer(self, answer: Answer) -> None:
-        if not _storable(answer.body):
-            return
+    async def _store_answer(self, answer: Answer, entry: CacheEntry) -> None:
         try:
             with anyio.fail_after(_STORE_TIMEOUT_S):
-                embedded = answer.embedded or await self._embedder.embed(answer.key.prompt)
-                await self._store.put(self._entry(answer, embedded))
+                if answer.embedded is None:
+                    embedded = await self._embedder.embed(answer.key.prompt)
+                    entry = replace(entry, vector=embedded.vector, features=embedded.features)
+                await self._store.put(entry)
         except (TimeoutError, CacheUnavailable):
             self._on_fail("store")
         except Exception:
             _log.exception("cache store failed")
             self._on_fail("store_error")
+        finally:
+            if self._pending.get(entry.exact_key, entry).entry_id == entry.entry_id:
+                self._pending.pop(entry.exact_key, None)
 
-    def _entry(self, answer: Answer, embedded: Embedded) -> CacheEntry:
+    def _entry(self, answer: Answer, embedded: Embedded | None) -> CacheEntry:
+        """The entry to store; its vector comes later when the lookup embedded nothing."""
         key = answer.key
         return CacheEntry(
             entry_id=secrets.token_hex(16),
@@ -177,8 +197,8 @@ class SemanticCache:
             prompt=key.prompt,
             exact_key=key.exact_key,
             normalized_key=key.normalized_key,
-            vector=embedded.vector,
-            features=embedded.features,
+            vector=embedded.vector if embedded is not None else _NO_VECTOR,
+            features=embedded.features if embedded is not None else b"",
             response=answer.body,
             model=answer.model,
             tenant=answer.tenant,
@@ -217,6 +237,12 @@ async def flush_tenants(store: CacheStore, tenants: Collection[str]) -> tuple[in
     for namespace in sorted(namespaces):
         removed += await store.flush_namespace(namespace)
     return len(namespaces), removed
+
+
+def _miss_reason(decision: str) -> str:
+    if decision in ("no_candidates", "below_floor"):
+        return "no_candidate"
+    return f"refused:{decision}"
 
 
 def _storable(body: bytes) -> bool:

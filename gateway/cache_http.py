@@ -40,6 +40,13 @@ class Probe:
     def similarity(self) -> float | None:
         return self.lookup.similarity
 
+    @property
+    def miss_reason(self) -> str | None:
+        """Why a lookup missed: its failure ("budget", "store", "error") or its reason."""
+        if self.outcome != "miss":
+            return None
+        return self.lookup.failed or self.lookup.reason
+
 
 class HttpCache:
     def __init__(self, cache: AnswerCache, policy: PolicySettings, metrics: Metrics) -> None:
@@ -77,7 +84,10 @@ class HttpCache:
             return {}
         if probe is None or probe.mode is Mode.STORE_ONLY:
             return {"x-cache": "bypass"}
-        return {"x-cache": "miss"}
+        reason = probe.miss_reason
+        if reason is None:
+            return {"x-cache": "miss"}
+        return {"x-cache": "miss", "x-cache-miss-reason": reason}
 
     async def lookup(self, probe: Probe, streamed: bool, request_id: str) -> Response | None:
         """The cached answer as a response, or None (go to the model)."""

@@ -65,6 +65,9 @@ class RequestEvent:
     cold_wait_ms: float | None = None  # waited for a cold start this long before dispatch
     refused: str | None = None  # why it was shed or refused (quota, overload, cold start)
     at_zero: bool = False  # its backend had no ready replica when it arrived
+    # why a cache lookup missed: "budget", "store", "error" (failed open), "no_entry",
+    # "no_candidate", "refused:<rule>"
+    miss_reason: str | None = None
 
 
 @dataclass(slots=True)

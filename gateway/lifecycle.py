@@ -153,7 +153,7 @@ class Lifecycle:
         usage = exchange.usage()
         await self._settle(exchange, usage)
         if exchange.lease is not None:
-            exchange.lease.release(usage)
+            exchange.lease.release(usage, completed=ending.status < 500 and ending.status != 499)
         if not exchange.cached and exchange.tenant is not None and usage.total:
             self._metrics.tokens(exchange.tenant, usage.prompt, usage.completion)
         if ending.status == 200 and ending.body is not None and exchange.probe is not None:
@@ -203,4 +203,5 @@ def _event(exchange: Exchange, status: int, seconds: float, usage: TokenUsage) -
         round(cold_wait_s * 1000, 3) if cold_wait_s is not None else None,
         exchange.refused,
         exchange.at_zero,
+        probe.miss_reason if probe is not None else None,
     )

@@ -133,7 +133,9 @@ class Pipeline:
         headers = exchange.headers
         priority = request_class(headers, tenant.priority, tenant.priority_header)
         # The deadline is the class's the request runs in, and started when it arrived.
-        length_s = deadline_s(headers, self._traffic.deadline_s.get(priority, 60.0))
+        traffic = self._traffic
+        default_s = traffic.deadline_s.get(priority, 60.0)
+        length_s = deadline_s(headers, default_s, traffic.max_deadline_s)
         deadline = Deadline.after(length_s, exchange.elapsed_s())
         return Call(request, body, raw, tenant, self._pools[route.backend], priority, deadline)
 

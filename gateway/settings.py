@@ -263,8 +263,11 @@ class TrafficSettings(_Strict):
     """Fair queueing, load shedding, retries and circuit breaking in front of each backend."""
 
     # How long a request may take end to end when the client does not say (with the
-    # `x-request-timeout` header, or the `openai` SDK's `x-stainless-timeout`), by class.
+    # `x-request-timeout` header, or the `openai` SDKs' `x-stainless-read-timeout` or
+    # `x-stainless-timeout`), by class; what a client asks for is honoured up to
+    # `max_deadline_s`.
     deadline_s: dict[Priority, float] = Field(default_factory=_default_deadlines)
+    max_deadline_s: float = Field(default=600.0, gt=0)
     max_queue: int = Field(default=1024, ge=0)  # waiting requests per backend
     default_max_tokens: int = Field(default=256, ge=1)  # reserved when a request sets none
     output_weight: float = Field(default=2.0, gt=0)  # cost of an output token vs an input one

@@ -3,6 +3,7 @@ gives up (on the monotonic clock)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,9 +51,9 @@ def request_class(headers: Mapping[str, str], default: Priority, header_allowed:
     return default
 
 
-def deadline_s(headers: Mapping[str, str], default_s: float) -> float:
-    """The request's deadline in seconds: what the client asked for, when shorter than
-    the class's default (a client cannot hold the gateway's resources for longer)."""
+def deadline_s(headers: Mapping[str, str], default_s: float, max_s: float) -> float:
+    """The request's deadline in seconds: what the client asked for (its SDK's timeout),
+    at most `max_s`; the class's default when it says nothing usable."""
     for header in _TIMEOUT_HEADERS:
         value = headers.get(header)
         if value is None:
@@ -61,6 +62,6 @@ def deadline_s(headers: Mapping[str, str], default_s: float) -> float:
             asked = float(value)
         except ValueError:
             continue
-        if 0 < asked < default_s:
-            return asked
+        if 0 < asked < math.inf:
+            return min(asked, max_s)
     return default_s

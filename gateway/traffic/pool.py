@@ -107,8 +107,10 @@ class Pool:
 
     async def _take_slot(self, request: Admitted, deadline: Deadline) -> Slot:
         # The answer must also arrive before the deadline: dispatch no later than one
-        # typical service time before it.
-        latest = deadline.at - min(deadline.left_s(), self.scheduler.mean_service_s)
+        # typical service time before it, but never refuse at once for that alone (a mean
+        # that long streams made long says little of a short answer's time).
+        margin = min(deadline.left_s() / 2, self.scheduler.mean_service_s)
+        latest = deadline.at - margin
         try:
             return await self.scheduler.acquire(
                 request.tenant,
@@ -182,9 +184,13 @@ class Lease:
         if self.cold is not None and self.cold.cold_start_s is not None:
             self.cold.first_byte()
 
-    def release(self, usage: TokenUsage) -> None:
+    def release(self, usage: TokenUsage, *, completed: bool = True) -> None:
         """Gives everything back, once, charging the fair queue with what the model used
-        (a request that never reached one abandons its slot: no charge, no sample)."""
+        (a request that never reached one abandons its slot: no charge, no sample).
+
+        Only a `completed` answer's duration is a service-time sample: one cut short (the
+        client left, its deadline passed, the upstream failed) says nothing about how long
+        answers take, and counting it once made an idle backend refuse short deadlines."""
         if self._released:
             return
         self._released = True
@@ -192,5 +198,5 @@ class Lease:
         if self.sent_at is None:
             self.slot.abandon()
             return
-        self.slot.release(usage.prompt, usage.completion)
+        self.slot.release(usage.prompt, usage.completion, sampled=completed)
         self.pool.metrics.upstream_done(self.pool.name, time.perf_counter() - self.sent_at)

@@ -243,15 +243,23 @@ class Slot:
         return self.granted_at - self._entry.enqueued_at
 
     def release(
-        self, input_tokens: int, output_tokens: int, service_s: float | None = None
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        service_s: float | None = None,
+        *,
+        sampled: bool = True,
     ) -> None:
         """Frees the slot and charges real usage; `service_s` defaults to the time since
-        dispatch. Idempotent: only the first call counts."""
+        dispatch, and is a service-time sample only when `sampled`. Idempotent: only the
+        first call counts."""
         if self._done:
             return
         self._done = True
         scheduler = self._scheduler
-        if service_s is None:
+        if not sampled:
+            service_s = None
+        elif service_s is None:
             service_s = scheduler._clock() - self.granted_at
         scheduler._finish(self._entry, scheduler._cost(input_tokens, output_tokens), service_s)
 

@@ -110,6 +110,24 @@ def test_exact_repeat_is_served_from_cache(gateway: Gateway, upstream: str) -> N
     assert int(sent - in_cache) <= int(again.headers["age"]) <= int(answered - asked)
 
 
+def test_a_repeat_right_after_the_answer_hits_and_a_miss_says_why(
+    gateway: Gateway, upstream: str
+) -> None:
+    """No waiting for the background store: once an answer is complete, the identical
+    request is a hit. Misses carry `x-cache-miss-reason` (no prompt text)."""
+    system = "You answer astronomy quizzes."  # a namespace of this test's own: empty
+    first = ask(gateway, "Which planet has the most moons?", system=system)
+    assert first.headers["x-cache"] == "miss"
+    assert first.headers["x-cache-miss-reason"] == "no_candidate"
+    before = upstream_calls(upstream)
+    again = ask(gateway, "Which planet has the most moons?", system=system)
+    assert (again.headers["x-cache"], again.headers["x-cache-tier"]) == ("hit", "exact")
+    assert upstream_calls(upstream) == before
+    long = ask(gateway, "Describe the rings of Saturn. " * 30, system=system)
+    assert long.headers["x-cache-miss-reason"] == "no_entry"  # too long to embed: exact only
+    assert "x-cache-miss-reason" not in again.headers
+
+
 def test_case_and_punctuation_variant_hits_normalized_tier(gateway: Gateway) -> None:
     stored(gateway, "How do I undo the last git commit?")
     variant = ask(gateway, "how do I undo the last git commit")

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import httpx
+import openai
 import orjson
 import pytest
 from aiohttp import web
@@ -29,7 +30,7 @@ from gateway.traffic.replica_set import ReplicaSet
 from gateway.traffic.retry import RetryBudget
 from gateway.traffic.scheduler import FairScheduler
 from gateway.usage import TokenUsage
-from tests.conftest import fake_backend, hash_of
+from tests.conftest import GatewayFactory, fake_backend, hash_of
 from tests.support.fake_upstream import MODELS
 from tests.support.processes import Gateway, free_port, start_gateway
 
@@ -46,9 +47,7 @@ def gateway(fake_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "state": {"url": "memory", "path": str(work / "state.json")},
         "limits": {"body_timeout_s": BODY_TIMEOUT_S},
         # read_s (first byte, then between chunks) is beyond every client deadline here.
-        # Each test of a deadline has a backend (and a queue) of its own: a queue sheds
-        # requests whose deadline is shorter than its backend's mean service time, which
-        # requests cut at their deadline raise to about that deadline.
+        # Each test of a deadline has a backend (and a queue) of its own.
         "backends": [
             fake_backend(fake_upstream, models=OTHERS, timeouts={"read_s": READ_S}),
             *(
@@ -261,3 +260,57 @@ def one_replica_pool(base_url: str, tasks: TaskGroup) -> Pool:
     pool = Pool("late", replicas, scheduler, RetryBudget(), 4, Metrics())
     pool.adopt([Replica("r1", base_url)])
     return pool
+
+
+def test_the_openai_sdks_timeout_is_the_requests_deadline(
+    gateway_factory: GatewayFactory, fake_upstream: str
+) -> None:
+    """openai-python sends its timeout as `x-stainless-read-timeout`. Shorter than the
+    class's default, the gateway answers 504 before the SDK gives up; longer, it is
+    honoured (the default here is 2 s, as 60 s is in production)."""
+    gw = gateway_factory(
+        {
+            "state": {"url": "memory"},
+            "backends": [fake_backend(fake_upstream)],
+            "cache": {"enabled": False},
+            "traffic": {"deadline_s": {"interactive": 2.0, "batch": 2.0}},
+            "tenants": [{"name": "alpha", "keys": [{"sha256": hash_of(KEY)}]}],
+        }
+    )
+    client = openai.OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    started = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.with_options(timeout=1.5).chat.completions.create(
+            model="slow", messages=messages, extra_body={"x_delay": 5}
+        )
+    assert caught.value.status_code == 504
+    assert caught.value.code == "deadline_exceeded"
+    assert time.monotonic() - started < 1.5
+    answer = client.with_options(timeout=120).chat.completions.create(
+        model="slow", messages=messages, extra_body={"x_delay": 3}
+    )
+    assert answer.choices[0].message.content == "echo: hi"
+
+
+def test_a_request_cut_at_its_deadline_does_not_make_the_idle_backend_refuse(
+    gateway_factory: GatewayFactory, fake_upstream: str
+) -> None:
+    """A request cut at its 2 s deadline once counted as a 1.8 s answer in the backend's
+    mean service time; the next request with a shorter deadline was then refused at once
+    (503 deadline_unreachable) on an idle backend."""
+    gw = gateway_factory(
+        {
+            "state": {"url": "memory"},
+            "backends": [fake_backend(fake_upstream)],
+            "cache": {"enabled": False},
+            "tenants": [{"name": "alpha", "keys": [{"sha256": hash_of(KEY)}]}],
+        }
+    )
+    cut, _ = post(gw, {"model": "slow", "x_delay": 5, "messages": [HI]}, "2")
+    assert cut.status_code == 504
+    answer, _ = post(gw, {"model": "echo", "messages": [HI]}, "1.5")
+    assert answer.status_code == 200, answer.text
+
+
+HI = {"role": "user", "content": "hi"}
