@@ -24,6 +24,9 @@ demo-model: $(STAMP)
 	$(PY) -m backends.worker.tiny_model $(GATEWAY_DATA_DIR)/tiny-chat
 
 run: demo-model
+	@echo 'Starting the demo gateway (Ctrl-C stops it). Its CLI, from this directory in another terminal:'
+	@echo '  $(if $(filter-out .gateway,$(GATEWAY_DATA_DIR)),GATEWAY_DATA_DIR=$(GATEWAY_DATA_DIR) )$(VENV)/bin/gateway keys list --config config/demo.yaml'
+	@echo '  (or export GATEWAY_CONFIG=config/demo.yaml and leave out --config; see "CLI reference" in README.md)'
 	$(VENV)/bin/gateway serve --config config/demo.yaml
 
 check: $(STAMP)

@@ -13,12 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.config_file import load_settings
 from gateway.settings import Backend, ConfigError, Settings
-from gateway.tenancy.state import StateStoreError
+from gateway.tenancy.state import KeyRecord, StateStoreError
 
 if TYPE_CHECKING:
     from gateway.admin.reports import ReportKind
 
 DEFAULT_CONFIG = "gateway.yaml"
+CONFIG_ENV = "GATEWAY_CONFIG"
+_CONFIG_HINT = (
+    f"name the configuration with --config FILE or ${CONFIG_ENV} "
+    "(the demo's, from the repository root: --config config/demo.yaml)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(settings, args))
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
+        if not Path(args.config).exists():
+            print(f"gateway: {_CONFIG_HINT}", file=sys.stderr)
         return 2
     except StateStoreError as exc:
         print(f"gateway: state store: {exc}", file=sys.stderr)
@@ -39,8 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     config = argparse.ArgumentParser(add_help=False)
     config.add_argument(
         "--config",
-        default=os.environ.get("GATEWAY_CONFIG", DEFAULT_CONFIG),
-        help="YAML configuration (default: $GATEWAY_CONFIG or gateway.yaml)",
+        default=os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG,
+        help=f"YAML configuration (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG})",
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
@@ -64,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     create = keys.add_parser("create", parents=[config], help="create a key; printed once")
     create.add_argument("--tenant", required=True)
     create.set_defaults(run=_keys_create)
-    listing = keys.add_parser("list", parents=[config], help="list keys (ids, never the keys)")
+    listing = keys.add_parser(
+        "list", parents=[config], help="list keys, stored and from the config (ids, never keys)"
+    )
     listing.set_defaults(run=_keys_list)
     revoke = keys.add_parser("revoke", parents=[config], help="revoke a key by its id")
     revoke.add_argument("key_id")
@@ -226,24 +235,37 @@ def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
 
 def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.compose import open_state_store
+    from gateway.tenancy.keys import declared_key_ids
 
-    async def run() -> None:
+    async def run() -> list[KeyRecord]:
         store = open_state_store(settings)
         try:
-            records = await store.list_keys()
+            return await store.list_keys()
         finally:
             await store.close()
-        print(f"{'KEY ID':<18} {'TENANT':<24} CREATED")
-        for r in records:
-            created = datetime.fromtimestamp(r.created_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-            print(f"{r.key_id:<18} {r.tenant:<24} {created}")
 
-    asyncio.run(run())
+    records = asyncio.run(run())
+    print(f"{'KEY ID':<18} {'TENANT':<24} {'SOURCE':<7} CREATED")
+    for tenant, key_id in declared_key_ids(settings.tenants, os.environ):
+        print(f"{key_id:<18} {tenant:<24} {'config':<7} -")
+    for r in records:
+        created = datetime.fromtimestamp(r.created_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        print(f"{r.key_id:<18} {r.tenant:<24} {'stored':<7} {created}")
     return 0
 
 
 def _keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.compose import open_state_store
+    from gateway.tenancy.keys import declared_key_ids
+
+    for tenant, key_id in declared_key_ids(settings.tenants, os.environ):
+        if key_id == args.key_id:
+            print(
+                f"gateway: {key_id} is declared in the configuration (tenant {tenant}); "
+                "remove it there",
+                file=sys.stderr,
+            )
+            return 1
 
     async def run() -> bool:
         store = open_state_store(settings)

@@ -25,6 +25,11 @@ def key_id_for(key_hash: str) -> str:
     return "key_" + key_hash[:12]
 
 
+def config_key_id(key_hash: str) -> str:
+    """The public handle of a key declared in config (the admin API lists it too)."""
+    return "cfg_" + key_hash[:12]
+
+
 async def create_key(store: StateStore, tenant: str) -> tuple[str, KeyRecord]:
     key = new_key()
     key_hash = hash_key(key)
@@ -42,7 +47,23 @@ def configured_keys(
         for declared in tenant.keys:
             key_hash = _declared_hash(declared, f"tenant {tenant.name!r}", environ, announce)
             if key_hash is not None:
-                found[key_hash] = Principal(tenant.name, "cfg_" + key_hash[:12])
+                found[key_hash] = Principal(tenant.name, config_key_id(key_hash))
+    return found
+
+
+def declared_key_ids(tenants: list[Tenant], environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(tenant, key id) for each key declared in config, generating none: the id the gateway
+    gives the key (`cfg_` and 12 hex digits of its digest), or `$VAR` for a key read from an
+    environment variable that is unset here (a gateway with `generate: true` makes its own)."""
+    found: list[tuple[str, str]] = []
+    for tenant in tenants:
+        for declared in tenant.keys:
+            if declared.sha256 is not None:
+                found.append((tenant.name, config_key_id(declared.sha256)))
+            elif declared.env is not None and environ.get(declared.env):
+                found.append((tenant.name, config_key_id(hash_key(environ[declared.env]))))
+            elif declared.env is not None:
+                found.append((tenant.name, "$" + declared.env))
     return found
 
 
