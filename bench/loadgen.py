@@ -7,7 +7,8 @@ connections to each target are reused from round to round.
 A round: `concurrency` workers each send one unmeasured request (to open or check their
 connection), wait for the others, then POST the same pre-serialised body back to back
 until `duration_s` has passed. Each request is timed with `perf_counter` from just before
-it is sent until the whole body (all of the SSE stream, when streaming) has been read.
+it is sent until the whole body (all of the SSE stream, when streaming) has been read, and
+until its body's first bytes arrived (for a stream, its time to first token).
 
 Protocol (one JSON object a line): the parent writes
 `{"url", "headers", "body", "concurrency", "duration_s", "stream"}` to the child's stdin,
@@ -54,6 +55,7 @@ class RoundResult:
     duration_s: float  # the measured window
     latencies_ms: list[float]  # every successful measured request, including the last ones
     cpu_s: float  # the load generator's own CPU time during the measured window
+    first_byte_ms: list[float]  # the same requests: until the body's first bytes
 
     @property
     def rps(self) -> float:
@@ -130,24 +132,28 @@ class _Round:
         self.spec = spec
         self.body = spec.body.encode()
         self.latencies: list[float] = []
+        self.first_bytes: list[float] = []
         self.completed = 0
         self.errors = 0
         self.first_error: str | None = None
         self.start = 0.0
         self.deadline = 0.0
 
-    async def _one(self) -> bool:
+    async def _one(self) -> float | None:
+        """When the body's first bytes came (perf_counter); None if the request failed."""
         async with self.session.post(
             self.spec.url, data=self.body, headers=self.spec.headers
         ) as response:
-            content = await response.read()
+            first = await response.content.readany()
+            first_at = time.perf_counter()
+            content = first + await response.read()
             if response.status != 200:
                 self._error(f"HTTP {response.status}: {content[:200]!r}")
-                return False
+                return None
             if self.spec.stream and _DONE not in content[-32:]:
                 self._error(f"stream did not end with [DONE]: {content[-200:]!r}")
-                return False
-        return True
+                return None
+        return first_at
 
     def _error(self, message: str) -> None:
         self.errors += 1
@@ -157,7 +163,7 @@ class _Round:
     async def warm_up(self) -> None:
         for _ in range(3):  # a kept-alive connection the server closed fails once
             try:
-                if await self._one():
+                if await self._one() is not None:
                     return
             except Exception as exc:
                 self._error(f"warm-up: {exc!r}")
@@ -165,19 +171,21 @@ class _Round:
 
     async def measure(self) -> None:
         latencies, deadline, one = self.latencies, self.deadline, self._one
+        first_bytes = self.first_bytes
         perf_counter = time.perf_counter
         while True:
             sent = perf_counter()
             if sent >= deadline:
                 return
             try:
-                ok = await one()
+                first_at = await one()
             except Exception as exc:
                 self._error(repr(exc))
                 continue
             done = perf_counter()
-            if ok:
+            if first_at is not None:
                 latencies.append((done - sent) * 1000.0)
+                first_bytes.append((first_at - sent) * 1000.0)
                 if done <= deadline:
                     self.completed += 1
 
@@ -199,6 +207,7 @@ async def _run_round(session: Any, spec: RoundSpec) -> RoundResult:
         duration_s=spec.duration_s,
         latencies_ms=state.latencies,
         cpu_s=cpu,
+        first_byte_ms=state.first_bytes,
     )
 
 

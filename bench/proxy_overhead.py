@@ -9,12 +9,16 @@ can do), then, for each (concurrency, stream) in (1, 64) x (false, true), runs s
 direct / gateway / skeleton / direct / gateway / skeleton ... after a warm-up round of
 each, so that noise on a shared machine falls on all three alike. The load comes from a
 separate process (bench/loadgen.py: aiohttp, keep-alive, `concurrency` closed-loop workers,
-a small pre-serialised chat body; a streamed answer is timed until its last byte).
+a small pre-serialised chat body; a streamed answer is timed until its last byte, and
+until its first).
 
 Prints JSON lines only (progress goes to stderr), each with parameters concurrency and
 stream:
 
     added_latency_p50_ms, added_latency_p99_ms   gateway pN - direct pN, pooled over rounds
+    added_ttft_p50_ms (streams)                  the same, until the first bytes of the body
+                                                 (a stream's first token); and the
+                                                 skeleton's, skeleton_added_ttft_p50_ms
     throughput_gateway_rps, throughput_direct_rps, throughput_ratio (gateway / direct)
     gateway_rss_mb                               VmRSS of the gateway after those rounds
 
@@ -95,6 +99,7 @@ class Series:
     """Pooled results of one target's measured rounds for one (concurrency, stream)."""
 
     latencies_ms: list[float] = field(default_factory=list)
+    first_byte_ms: list[float] = field(default_factory=list)
     completed: int = 0
     seconds: float = 0.0
     errors: int = 0
@@ -104,6 +109,7 @@ class Series:
 
     def add(self, result: RoundResult, server_cpu_s: float) -> None:
         self.latencies_ms.extend(result.latencies_ms)
+        self.first_byte_ms.extend(result.first_byte_ms)
         self.completed += result.completed
         self.seconds += result.duration_s
         self.errors += result.errors
@@ -234,6 +240,11 @@ class Bench:
         g50, g99 = percentile(gateway.latencies_ms, 50), percentile(gateway.latencies_ms, 99)
         emit("added_latency_p50_ms", round(g50 - d50, 3), "ms", **params)
         emit("added_latency_p99_ms", round(g99 - d99, 3), "ms", **params)
+        if stream:  # a stream's first token: what a chat user waits for
+            f50 = percentile(gateway.first_byte_ms, 50) - percentile(direct.first_byte_ms, 50)
+            emit("added_ttft_p50_ms", round(f50, 3), "ms", **params)
+            s50 = percentile(skeleton.first_byte_ms, 50) - percentile(direct.first_byte_ms, 50)
+            emit("skeleton_added_ttft_p50_ms", round(s50, 3), "ms", **params)
         emit("throughput_gateway_rps", round(gateway.rps, 1), "req/s", **params)
         emit("throughput_direct_rps", round(direct.rps, 1), "req/s", **params)
         ratio = gateway.rps / direct.rps if direct.rps else 0.0
