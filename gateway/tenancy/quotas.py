@@ -2,7 +2,7 @@
 
 A request is admitted before it runs and settled after it ran:
 
-    admission = await quotas.admit(tenant, limits, estimate_tokens(body))
+    admission = await quotas.admit(tenant, limits, request.reserved_tokens(default))
     ...                                   # refused: 429 (503 when `unavailable`)
     await quotas.settle(admission.reservation, used_tokens)   # always, exactly once
 
@@ -18,9 +18,6 @@ reset at UTC calendar boundaries.
 `LocalQuotas` keeps this state in process: the embedded default, and the fallback of
 `RedisQuotas` (gateway/tenancy/quotas_redis.py), which shares it between replicas. Both implement
 `QuotaEnforcer`. The decisions themselves are pure functions, with the clock passed in.
-
-Over 400 lines: the pure decisions and the in-process enforcer share their types and
-are tested as one; the Redis enforcer is its own module.
 """
 
 from __future__ import annotations
@@ -28,16 +25,15 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 MINUTE_S = 60.0
 DAY_S = 86_400.0
 # No clock says when a concurrency slot frees up: suggest a short wait.
 CONCURRENCY_RETRY_S = 1.0
-DEFAULT_COMPLETION_TOKENS = 256
 DEFAULT_LEASE_TTL_S = 600.0
 # Float slack when comparing a bucket's fill with its period.
 _EPS_S = 1e-6
@@ -305,66 +301,6 @@ def retry_headers(retry_after_s: float) -> dict[str, str]:
 
 def refused(reason: str, wait_s: float | None, headers: dict[str, str]) -> Admission:
     return Admission(False, reason, wait_s, None, headers)
-
-
-def estimate_tokens(
-    body: Mapping[str, Any], default_completion_tokens: int = DEFAULT_COMPLETION_TOKENS
-) -> int:
-    """Tokens to reserve for a request: prompt characters / 4 plus the completion's cap.
-
-    Chat messages, a completions `prompt` or an embeddings `input`; token-id lists count
-    one token per id. Completions are `max_completion_tokens` or `max_tokens` (else the
-    default) times the number of choices; embeddings complete nothing.
-    """
-    if "messages" in body:
-        chars, ids = _sum(_message_size(m) for m in _items(body["messages"]))
-    else:
-        chars, ids = _text_size(body.get("prompt", body.get("input")))
-    prompt = math.ceil(chars / 4) + ids
-    if "messages" not in body and "prompt" not in body:
-        return prompt
-    cap = _count(body.get("max_completion_tokens"))
-    if cap is None:
-        cap = _count(body.get("max_tokens"))
-    choices = max(_count(body.get("n")) or 1, _count(body.get("best_of")) or 1)
-    return prompt + (default_completion_tokens if cap is None else cap) * choices
-
-
-def _message_size(message: object) -> tuple[int, int]:
-    if not isinstance(message, Mapping):
-        return 0, 0
-    calls = [c.get("function", {}).get("arguments") for c in _items(message.get("tool_calls"))]
-    return _sum([_text_size(message.get("content")), _text_size(calls)])
-
-
-def _text_size(value: object) -> tuple[int, int]:
-    """(characters of text, token ids) in a prompt, an input or a message's content."""
-    if isinstance(value, str):
-        return len(value), 0
-    if isinstance(value, int) and not isinstance(value, bool):
-        return 0, 1
-    if isinstance(value, list):
-        return _sum(_text_size(item) for item in value)
-    if isinstance(value, Mapping):  # a content part: only its text counts, not image data
-        return _text_size(value.get("text"))
-    return 0, 0
-
-
-def _sum(sizes: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    chars = ids = 0
-    for c, i in sizes:
-        chars, ids = chars + c, ids + i
-    return chars, ids
-
-
-def _items(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def _count(value: object) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
 
 
 # --- in process -------------------------------------------------------------------------
