@@ -85,8 +85,24 @@ def test_cache_inputs_read_the_sampling_fields() -> None:
     assert inputs.tools == [{"type": "function", "function": {"name": "f"}}]
 
 
+def test_tool_calls_count_their_arguments_whatever_their_shape() -> None:
+    calls = [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "x" * 8}},
+        {"id": "b", "type": "function", "function": "not an object"},  # the upstream's to judge
+        {"id": "c"},
+    ]
+    body = {"messages": [{"role": "user", "content": "abcd"}], "max_tokens": 1}
+    body["messages"].append({"role": "assistant", "content": None, "tool_calls": calls})
+    request = parsed("chat", {"model": "m", **body})
+    assert request.reserved_tokens(256) == 3 + 1
+    assert request.cache_inputs().body == {"model": "m", **body}
+
+
 def test_a_body_of_the_wrong_shape_is_a_400() -> None:
     with pytest.raises(BadRequest, match="Missing required parameter: 'messages'"):
         parsed("chat", {"model": "m"})
     with pytest.raises(BadRequest, match="could not parse"):
         parse_request("chat", b"{not json")
+    with pytest.raises(BadRequest, match="expects a JSON object, but got an array") as caught:
+        parse_request("embeddings", b'[{"model": "m", "input": "x"}]')
+    assert caught.value.param is None
