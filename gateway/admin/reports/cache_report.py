@@ -3,7 +3,13 @@
 Hits are the `exact`, `normalized` and `semantic` tiers; `exact_hits` counts the first
 two (both are key matches, no similarity involved). Hit rates are over *lookups* (hits +
 misses): requests that bypassed the cache (Cache-Control) or could not use it (not
-cacheable, e.g. a high temperature) are counted apart and do not lower the rate.
+cacheable, e.g. a high temperature) are counted apart and do not lower the rate. So are
+requests answered 404 (an unknown model, or one that does not serve the endpoint, such as a
+chat request to an embedding-only model): whatever their probe said, there was never an
+answer to find, so they count as not cacheable, not as misses (see `outcome`).
+
+Similarity is bucketed from the semantic tier's search floor (`cache.decision`), below
+which the tier sees no candidate at all.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cache.decision import DecisionSettings
 from gateway.admin.reports.query import ReportQuery
 from gateway.admin.reports.stats import histogram, iso, rate, summary
 from gateway.settings import Price
@@ -21,7 +28,14 @@ from gateway.settings import Price
 Record = dict[str, Any]
 HIT_TIERS = frozenset({"exact", "normalized", "semantic"})
 LATENCY_EDGES_MS = [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
-SIMILARITY_EDGES = [round(0.5 + 0.05 * i, 2) for i in range(11)]  # 0.50 .. 1.00
+SEARCH_FLOOR = DecisionSettings().similarity_floor  # no candidate is seen below it
+SIMILARITY_STEP = 0.02
+# Down from 1.00 to the floor (0.80 .. 1.00 by default), edges on round steps.
+SIMILARITY_EDGES = [
+    round(1 - SIMILARITY_STEP * i, 2)
+    for i in range(math.ceil((1 - SEARCH_FLOOR) / SIMILARITY_STEP - 1e-9), -1, -1)
+]
+NOT_FOUND = 404
 TOP_NAMESPACES = 20
 
 
@@ -41,15 +55,15 @@ class Tally:
 
     def add(self, event: Record, cost: float) -> None:
         self.requests += 1
-        outcome = event.get("cache")
-        if outcome in HIT_TIERS:
+        tier = outcome(event)
+        if tier in HIT_TIERS:
             self.hits += 1
-            setattr(self, f"{outcome}_hits", getattr(self, f"{outcome}_hits") + 1)
+            setattr(self, f"{tier}_hits", getattr(self, f"{tier}_hits") + 1)
             self.saved_tokens += int(event.get("saved_tokens") or 0)
             self.saved_cost_usd += cost
-        elif outcome == "miss":
+        elif tier == "miss":
             self.misses += 1
-        elif outcome == "bypass":
+        elif tier == "bypass":
             self.bypassed += 1
         else:
             self.not_cacheable += 1
@@ -59,6 +73,15 @@ class Tally:
     @property
     def lookups(self) -> int:
         return self.hits + self.misses
+
+
+def outcome(event: Record) -> str:
+    """The cache outcome the report counts: the event's, except that a request answered 404
+    never reached a lookup that could have answered it ("none", not cacheable)."""
+    cache = event.get("cache")
+    if event.get("status") == NOT_FOUND or not isinstance(cache, str):
+        return "none"
+    return cache
 
 
 def selected(events: Iterable[Record], query: ReportQuery) -> list[Record]:
@@ -78,7 +101,7 @@ def cache_report(
     for event, cost in zip(events, costs, strict=True):
         total.add(event, cost)
     priced = {str(e.get("model")) for e in events if e.get("model") in pricing}
-    unpriced = {str(e.get("model")) for e in events if e.get("cache") in HIT_TIERS} - priced
+    unpriced = {str(e.get("model")) for e in events if outcome(e) in HIT_TIERS} - priced
     return {
         "kind": "cache",
         "range": {"since": iso(query.start), "until": iso(query.end)},
@@ -90,13 +113,13 @@ def cache_report(
         "over_time": _over_time(events, query),
         "top_namespaces": _top_namespaces(events, costs),
         "similarity": _similarity(events),
-        "by_tenant_model": _by_tenant_model(events, costs),
+        "by_tenant_model": _by_tenant_model(events, costs, pricing),
     }
 
 
 def saved_cost(event: Record, pricing: Mapping[str, Price]) -> float:
     price = pricing.get(str(event.get("model")))
-    if price is None or event.get("cache") not in HIT_TIERS:
+    if price is None or outcome(event) not in HIT_TIERS:
         return 0.0
     prompt = int(event.get("saved_prompt_tokens") or 0)
     completion = int(event.get("saved_completion_tokens") or 0)
@@ -124,7 +147,7 @@ def _totals(t: Tally) -> dict[str, Any]:
 
 def _latencies(events: list[Record], hit: bool) -> list[float]:
     wanted = HIT_TIERS if hit else {"miss"}
-    return [float(e["latency_ms"]) for e in events if e.get("cache") in wanted]
+    return [float(e["latency_ms"]) for e in events if outcome(e) in wanted]
 
 
 def _latency(events: list[Record]) -> dict[str, Any]:
@@ -193,11 +216,13 @@ def _similarity(events: list[Record]) -> dict[str, Any]:
     }
 
 
-def _scored(event: Record, outcome: str) -> bool:
-    return event.get("cache") == outcome and isinstance(event.get("similarity"), int | float)
+def _scored(event: Record, tier: str) -> bool:
+    return outcome(event) == tier and isinstance(event.get("similarity"), int | float)
 
 
-def _by_tenant_model(events: list[Record], costs: list[float]) -> list[dict[str, Any]]:
+def _by_tenant_model(
+    events: list[Record], costs: list[float], pricing: Mapping[str, Price]
+) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], Tally] = defaultdict(Tally)
     for event, cost in zip(events, costs, strict=True):
         groups[(str(event.get("tenant") or "-"), str(event.get("model") or "-"))].add(event, cost)
@@ -210,6 +235,7 @@ def _by_tenant_model(events: list[Record], costs: list[float]) -> list[dict[str,
             "hit_rate": rate(t.hits, t.lookups),
             "saved_tokens": t.saved_tokens,
             "saved_cost_usd": round(t.saved_cost_usd, 6),
+            "priced": model in pricing,  # else the cost saved is unknown, not zero
         }
         for (tenant, model), t in sorted(groups.items())
     ]

@@ -23,6 +23,7 @@ from gateway.admin.reports.svg import Point, Row, Segment, Series, hbars, histog
 Fmt = Callable[[float], str]
 
 HIT, MISS, NEAR, BYPASS, SEMANTIC = "#0f9d8a", "#ef8a3c", "#8a7fd6", "#b8bec7", "#5aa9e6"
+NONE = "#6b7280"  # not cacheable: never looked up
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b")
 WIDE = 1120  # viewBox width of a plot that spans the page, so its text keeps its size
 EMPTY = "No data in this range"
@@ -154,9 +155,9 @@ def _table(
         )
 
     body = "".join(f"<tr>{cells('td', row)}</tr>" for row in rows)
-    return (
-        f'<table data-table="{table_id}"><thead><tr>{cells("th", headers)}</tr></thead>'
-        f"<tbody>{body}</tbody></table>"
+    return (  # wide tables scroll sideways inside the page rather than widen it
+        f'<div class="scroll"><table data-table="{table_id}"><thead><tr>{cells("th", headers)}'
+        f"</tr></thead><tbody>{body}</tbody></table></div>"
     )
 
 
@@ -212,18 +213,20 @@ def _cache_section(report: Mapping[str, Any] | None) -> str:
         ),
     ]
     content = (
-        _cache_tiles(totals, _map(report.get("latency_ms")))
+        _cache_tiles(totals, _map(report.get("latency_ms")), _items(report.get("by_tenant_model")))
         + '<div class="figures">'
         + "".join(figures)
         + "</div><h3>Top namespaces</h3>"
         + _namespaces_table(_items(report.get("top_namespaces")))
         + "<h3>By tenant and model</h3>"
-        + _tenant_model_table(_items(report.get("by_tenant_model")))
+        + _tenant_model_table(_items(report.get("by_tenant_model")), totals)
     )
     return _section("Cache", "cache", content)
 
 
-def _cache_tiles(totals: Mapping[str, Any], latency: Mapping[str, Any]) -> str:
+def _cache_tiles(
+    totals: Mapping[str, Any], latency: Mapping[str, Any], rows: list[Mapping[str, Any]]
+) -> str:
     hit, miss = _map(latency.get("hit")), _map(latency.get("miss"))
     return _tiles(
         [
@@ -235,33 +238,49 @@ def _cache_tiles(totals: Mapping[str, Any], latency: Mapping[str, Any]) -> str:
                 _pct(totals.get("semantic_hit_rate")),
             ),
             ("Tokens saved", _int(totals.get("saved_tokens")), "not sent upstream"),
-            ("Cost saved", _usd(totals.get("saved_cost_usd")), _unpriced(totals)),
+            ("Cost saved", *_cost_saved(totals, rows)),
             ("Hit latency p50", _ms(hit.get("p50")), f"p95 {_ms(hit.get('p95'))}"),
             ("Miss latency p50", _ms(miss.get("p50")), f"p95 {_ms(miss.get('p95'))}"),
         ]
     )
 
 
-def _unpriced(totals: Mapping[str, Any]) -> str:
+def _cost_saved(totals: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> tuple[str, str]:
+    """The dollars saved and a word on prices; "unpriced" rather than $0.00 when nothing
+    saved was priced (hits only on models without a price, or no model in range has one)."""
+    saved = _num(totals.get("saved_cost_usd"))
     unpriced = totals.get("unpriced_models")
-    if isinstance(unpriced, list) and unpriced:
-        return "no price for " + ", ".join(str(m) for m in unpriced)
-    return "at configured prices"
+    missing = [str(m) for m in unpriced] if isinstance(unpriced, list) else []
+    nothing_priced = bool(rows) and not any(r.get("priced", True) for r in rows)
+    sub = "no price for " + ", ".join(missing) if missing else "at configured prices"
+    if not saved and (missing or nothing_priced):
+        return "unpriced", sub if missing else "no price configured"
+    return _usd(saved), sub
+
+
+def _row_cost(row: Mapping[str, Any], unpriced: object) -> str:
+    """A row's cost saved; "unpriced" rather than $0.00 for a model with no price."""
+    if row.get("priced") is False or (isinstance(unpriced, list) and row.get("model") in unpriced):
+        return "unpriced"
+    return _usd(row.get("saved_cost_usd"))
 
 
 def _request_mix(totals: Mapping[str, Any]) -> str | None:
-    parts = [
-        ("exact hits", HIT, totals.get("exact_hits")),
-        ("semantic hits", SEMANTIC, totals.get("semantic_hits")),
-        ("misses", MISS, totals.get("misses")),
-        ("bypassed", BYPASS, totals.get("bypassed")),
+    """Every request in one bar, by where it went; the bar is labelled with the sum of
+    what it draws. A report without `not_cacheable` gets the remainder drawn as such."""
+    looked = [
+        ("exact hits", HIT, _num(totals.get("exact_hits")) or 0),
+        ("semantic hits", SEMANTIC, _num(totals.get("semantic_hits")) or 0),
+        ("misses", MISS, _num(totals.get("misses")) or 0),
+        ("bypassed", BYPASS, _num(totals.get("bypassed")) or 0),
     ]
-    requests = _num(totals.get("requests")) or 1
-    segments = [
-        Segment(_num(v) or 0, f"{name}: {_int(v)} ({_pct((_num(v) or 0) / requests)})")
-        for name, _, v in parts
-    ]
-    row = Row("requests", segments, _int(totals.get("requests")))
+    rest = _num(totals.get("not_cacheable"))
+    if rest is None:
+        rest = max(0.0, (_num(totals.get("requests")) or 0) - sum(v for _, _, v in looked))
+    parts = [*looked, ("not cacheable", NONE, rest)]
+    drawn = sum(v for _, _, v in parts) or 1
+    segments = [Segment(v, f"{name}: {_int(v)} ({_pct(v / drawn)})") for name, _, v in parts]
+    row = Row("requests", segments, _int(sum(s.value for s in segments)))
     return hbars("request-mix", [row], [(n, c) for n, c, _ in parts], WIDE)
 
 
@@ -317,8 +336,9 @@ def _namespaces_table(rows: list[Mapping[str, Any]]) -> str:
     return _table("top-namespaces", ["Namespace", *_USAGE_HEADERS], cells, 3)
 
 
-def _tenant_model_table(rows: list[Mapping[str, Any]]) -> str:
-    cells = [[*_usage_cells(r), _usd(r.get("saved_cost_usd"))] for r in rows]
+def _tenant_model_table(rows: list[Mapping[str, Any]], totals: Mapping[str, Any]) -> str:
+    unpriced = totals.get("unpriced_models")
+    cells = [[*_usage_cells(r), _row_cost(r, unpriced)] for r in rows]
     return _table("by-tenant-model", [*_USAGE_HEADERS, "Cost saved"], cells, 2)
 
 
@@ -476,7 +496,7 @@ h1{margin:0;font-size:26px}h2{font-size:20px;margin:8px 0 12px}h3{font-size:16px
 .tile,.figure,table{background:var(--card);border-radius:10px;box-shadow:0 1px 3px #0002}
 .tile{padding:12px 14px}.tile .label,.tile .sub{color:var(--muted);font-size:13px}
 .tile .value{font-size:26px;font-weight:650;font-variant-numeric:tabular-nums}
-.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(460px,1fr));gap:14px;
+.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(460px,100%),1fr));gap:14px;
 margin-top:14px}
 .figure{margin:0;padding:12px 14px}.figure.wide{grid-column:1/-1}
 figcaption{font-weight:600;margin-bottom:6px}
@@ -484,7 +504,7 @@ svg{width:100%;height:auto;display:block}
 svg text{font-size:11px;fill:var(--muted)}svg text.label{font-size:12px;fill:var(--fg)}
 svg text.legend{font-size:12px;fill:var(--fg)}
 svg .grid{stroke:var(--grid)}svg .mark:hover{opacity:.75}svg .volume{opacity:.35}
-table{border-collapse:collapse;width:100%;overflow:hidden}
+table{border-collapse:collapse;width:100%}.scroll{overflow-x:auto;border-radius:10px}
 th,td{padding:7px 10px;border-bottom:1px solid var(--grid);font-variant-numeric:tabular-nums}
 .t{text-align:left}.n{text-align:right}th{color:var(--muted);font-weight:600}
 .empty{color:var(--muted);font-style:italic;padding:18px;text-align:center;

@@ -3,7 +3,9 @@
 Pure drawing: numbers and already formatted words in, markup out, nothing read from a
 report here. Every data mark carries class `mark` and an SVG `<title>` (the browser's own
 tooltip, so the page needs no JavaScript); every text is escaped here. A plot with
-nothing to draw returns None and the caller writes "no data" in its place.
+nothing to draw returns None and the caller writes "no data" in its place. Value axes
+tick at round steps (1, 2 or 5 x 10^n, see `ticks`) and end at the first tick at or above
+the largest value.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 W, H = 640, 230  # one viewBox for every plot; CSS scales it to the column
 LEFT, RIGHT, TOP, BOTTOM = 54, 14, 30, 44
 LABEL_W = 170  # room for row labels in horizontal bars
+LABEL_CHARS = 22  # what fits in it at 12px (longer labels lose their middle)
 ROW_H = 26
 DEFAULT_COLOR = "#4c78a8"
 VOLUME_COLOR = "#98a2b3"
@@ -84,7 +87,8 @@ def line_plot(plot_id: str, points: Sequence[Point], color: str) -> str | None:
         f'<path class="mark line" d="{" ".join(path)}" fill="none" stroke="{color}" '
         'stroke-width="2.5" stroke-linejoin="round"/>'
     )
-    grid = _y_grid([(f, f"{f:.0%}") for f in (0, 0.25, 0.5, 0.75, 1)])
+    scale = ticks(1.0)
+    grid = _y_grid([(f, _percent(f, scale[1])) for f in scale])
     labels = _x_labels([p.label for p in points], slot, 5)
     legend = _legend([("hit rate", color), ("requests", VOLUME_COLOR)], 16)
     return _svg(plot_id, W, H, grid + "".join(bars) + line + "".join(dots) + labels + legend)
@@ -98,7 +102,8 @@ def histogram(
     if not any(sum(s.counts) for s in series):
         return None
     shares = [[c / (sum(s.counts) or 1) for c in s.counts] for s in series]
-    top = max(max(group, default=0) for group in shares) or 1
+    scale = ticks(max(max(group, default=0) for group in shares))
+    top = scale[-1]
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     slot = plot_w / len(labels)
     bar_w = slot * 0.8 / len(series)
@@ -110,7 +115,8 @@ def histogram(
             x, bar_h = LEFT + i * slot + slot * 0.1 + s * bar_w, share / top * plot_h
             tip = f"{group.name}, {labels[i]} {unit}: {round(count):,} ({share:.1%})"
             marks.append(_rect(x, TOP + plot_h - bar_h, bar_w, bar_h, group.color, tip))
-    grid = _y_grid([(f, f"{f * top:.0%}") for f in (0, 0.5, 1)])
+    step = scale[1] - scale[0]
+    grid = _y_grid([(v / top, _percent(v, step)) for v in scale])
     axis = _text(W - RIGHT, H - 6, unit, "axis", "end")
     legend = _legend([(s.name, s.color) for s in series], 16)
     body = grid + "".join(marks) + _x_labels(labels, slot) + axis + legend
@@ -129,7 +135,7 @@ def hbars(
     marks = []
     for i, row in enumerate(rows):
         y, x = TOP + i * ROW_H, float(LABEL_W)
-        marks.append(_text(LABEL_W - 8, y + 16, row.label[:28], "label", "end"))
+        marks.append(_row_label(LABEL_W - 8, y + 16, row.label))
         for j, segment in enumerate(row.segments):
             color = legend[j % len(legend)][1] if legend else DEFAULT_COLOR
             if segment.value > 0:
@@ -138,6 +144,23 @@ def hbars(
         marks.append(_text(x + 6, y + 16, row.total, "label", "start"))
     height = TOP + len(rows) * ROW_H + 8
     return _svg(plot_id, width, height, _legend(legend, 16) + "".join(marks))
+
+
+def ticks(high: float, most: int = 5) -> list[float]:
+    """Round ticks from 0 to the first one at or above `high`: steps of 1, 2 or 5 x 10^n,
+    the smallest that needs at most `most` steps."""
+    if not high > 0:
+        return [0.0, 1.0]
+    power = 10.0 ** math.floor(math.log10(high / most))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power * most >= high * (1 - 1e-9))
+    count = math.ceil(high / step * (1 - 1e-9))
+    return [round(i * step, 12) for i in range(count + 1)]
+
+
+def _percent(fraction: float, step: float) -> str:
+    """A tick as a percentage with the decimals its step needs (0.5%, 2%, 20%)."""
+    decimals = max(0, -math.floor(math.log10(step * 100) + 1e-9))
+    return f"{fraction * 100:.{decimals}f}%"
 
 
 def _e(text: str) -> str:
@@ -153,6 +176,19 @@ def _svg(plot_id: str, width: int, height: float, inner: str) -> str:
 
 def _text(x: float, y: float, text: str, cls: str = "axis", anchor: str = "middle") -> str:
     return f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">{_e(text)}</text>'
+
+
+def _row_label(x: float, y: float, label: str) -> str:
+    """A bar's label, cut in the middle to fit (a model name's ends tell it apart best);
+    the whole label is its tooltip."""
+    if len(label) <= LABEL_CHARS:
+        return _text(x, y, label, "label", "end")
+    head = (LABEL_CHARS - 1) // 2
+    short = label[:head] + "\u2026" + label[head + 1 - LABEL_CHARS :]
+    return (
+        f'<text class="label" x="{x:.1f}" y="{y:.1f}" text-anchor="end">{_e(short)}'
+        f"<title>{_e(label)}</title></text>"
+    )
 
 
 def _rect(x: float, y: float, w: float, h: float, color: str, tip: str, cls: str = "mark") -> str:
@@ -173,21 +209,21 @@ def _legend(entries: Sequence[tuple[str, str]], y: float) -> str:
     return "".join(parts)
 
 
-def _y_grid(ticks: Sequence[tuple[float, str]]) -> str:
+def _y_grid(levels: Sequence[tuple[float, str]]) -> str:
     """Horizontal grid lines at (fraction of the plot height, label)."""
     plot_h = H - TOP - BOTTOM
     lines = []
-    for fraction, label in ticks:
+    for fraction, label in levels:
         y = TOP + (1 - fraction) * plot_h
         lines.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        lines.append(_text(LEFT - 6, y + 4, label, "axis", "end"))
+        lines.append(_text(LEFT - 6, y + 4, label, "axis y-tick", "end"))
     return "".join(lines)
 
 
 def _x_labels(labels: Sequence[str], slot: float, limit: int = 8) -> str:
     every = max(1, math.ceil(len(labels) / limit))
     return "".join(
-        _text(LEFT + (i + 0.5) * slot, H - BOTTOM + 16, label)
+        _text(LEFT + (i + 0.5) * slot, H - BOTTOM + 16, label, "axis x-tick")
         for i, label in enumerate(labels)
         if i % every == 0
     )

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from cache.decision import DecisionSettings
 from gateway.admin.reports import QueryError, ReportQuery, build_report, parse_time
 from gateway.admin.reports.cache_report import cache_report
 from gateway.admin.reports.cold_start_report import cold_start_report, phases_of, split_time
@@ -255,3 +256,64 @@ async def test_batches_go_out_when_full_or_on_time(tmp_path: Path) -> None:
             await asyncio.sleep(0.01)
         task.cancel()
     assert len(path.read_text().splitlines()) == 3
+
+
+def test_requests_answered_404_are_not_cache_lookups() -> None:
+    """A chat request to an embedding-only model looks up the cache, misses, and the model
+    server answers 404: no answer could ever have been found for it, so it is counted as
+    not cacheable, like a 404 for a model the gateway does not know, and not as a miss."""
+    query = ReportQuery.parse("1h", now=NOW)
+    at = NOW.timestamp() - 60
+    events = [event(at, "exact", saved_tokens=3), event(at, "exact", saved_tokens=3)]
+    events.append(event(at, "miss", similarity=0.9))
+    for _ in range(2):  # probed and missed (with a near miss), then 404 from the model server
+        events.append(RequestEvent(at, "r", "t", "embed", "fake", 404, 2.0, "miss", "ns2", 0.85))
+    events.append(RequestEvent(at, "r", "t", "nope", None, 404, 1.0, "none"))  # unknown model
+    report = cache_report([dataclasses.asdict(e) for e in events], query, {})
+    totals = report["totals"]
+    assert (totals["requests"], totals["lookups"], totals["misses"]) == (6, 3, 1)
+    assert totals["not_cacheable"] == 3
+    assert totals["hit_rate"] == round(2 / 3, 4)
+    assert report["latency_ms"]["miss"]["count"] == 1
+    assert sum(report["latency_histogram"]["miss"]) == 1
+    assert sum(report["similarity"]["near_misses"]) == 1  # the 404s' candidates are not misses
+    rows = {row["model"]: row for row in report["by_tenant_model"]}
+    assert (rows["embed"]["requests"], rows["embed"]["hits"], rows["embed"]["hit_rate"]) == (
+        2,
+        0,
+        None,
+    )
+    assert rows["echo"]["hit_rate"] == round(2 / 3, 4)
+    [embed] = [n for n in report["top_namespaces"] if n["model"] == "embed"]
+    assert embed["hit_rate"] is None
+
+
+def test_similarity_buckets_start_at_the_search_floor() -> None:
+    """The semantic tier sees no candidate under its floor: the buckets start there, on
+    round steps, and a near miss just above the floor lands in the first one."""
+    floor = DecisionSettings().similarity_floor
+    query = ReportQuery.parse("1h", now=NOW)
+    at = NOW.timestamp() - 60
+    events = [event(at, "miss", similarity=floor + 0.001), event(at, "semantic", similarity=0.99)]
+    similarity = cache_report([dataclasses.asdict(e) for e in events], query, {})["similarity"]
+    edges = similarity["edges"]
+    assert edges[0] == pytest.approx(floor) and edges[-1] == 1.0
+    steps = {round(b - a, 6) for a, b in itertools.pairwise(edges)}
+    assert len(steps) == 1 and steps.pop() in (0.01, 0.02, 0.05)
+    assert similarity["near_misses"][0] == 1 and similarity["hits"][-1] == 1
+
+
+def test_rows_say_whether_their_model_has_a_price() -> None:
+    query = ReportQuery.parse("1h", now=NOW)
+    at = NOW.timestamp() - 60
+    saved = {"saved_tokens": 30, "saved_prompt_tokens": 10, "saved_completion_tokens": 20}
+    echo = event(at, "exact", **saved)
+    free = dataclasses.replace(echo, model="free")
+    pricing = settings_for({"url": "memory", "path": "/nonexistent/state.json"}).pricing
+    report = cache_report([dataclasses.asdict(e) for e in (echo, free)], query, pricing)
+    # echo: (10 prompt x $1 + 20 completion x $4) per million tokens
+    assert report["totals"]["unpriced_models"] == ["free"]
+    rows = {
+        row["model"]: (row["priced"], row["saved_cost_usd"]) for row in report["by_tenant_model"]
+    }
+    assert rows == {"echo": (True, pytest.approx(90e-6)), "free": (False, 0.0)}
