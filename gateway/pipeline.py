@@ -94,7 +94,7 @@ class Pipeline:
 
     async def _serve(self, request: Request, kind: Kind, exchange: Exchange) -> Response:
         self._body.check_declared(exchange.headers)
-        tenant = await self._authenticate(request, exchange)
+        tenant = await self._authenticate(exchange)
         raw = await self._body.read(request)
         body = parse_request(kind, raw)
         exchange.model = body.model
@@ -120,7 +120,7 @@ class Pipeline:
         response, exchange.ending = await whole(backend, upstream, rid, self._metrics)
         return response
 
-    async def _authenticate(self, request: Request, exchange: Exchange) -> Tenant:
+    async def _authenticate(self, exchange: Exchange) -> Tenant:
         principal = await self._auth.authenticate(exchange.headers.get("authorization"))
         exchange.tenant = principal.tenant
         return self._catalog.tenant(principal.tenant)
@@ -203,7 +203,7 @@ class Pipeline:
         return response
 
     async def _models(self, request: Request, exchange: Exchange) -> Response:
-        tenant = await self._authenticate(request, exchange)
+        tenant = await self._authenticate(exchange)
         body = _model_list(self._catalog.models_for(tenant.name))
         return Response(body, 200, {"x-request-id": exchange.request_id}, "application/json")
 

@@ -49,6 +49,7 @@ class Tally:
     misses: int = 0
     bypassed: int = 0
     not_cacheable: int = 0
+    miss_reasons: dict[str, int] = field(default_factory=dict)  # "budget": failed open...
     saved_tokens: int = 0
     saved_cost_usd: float = 0.0
     tenants: set[str] = field(default_factory=set)
@@ -63,6 +64,8 @@ class Tally:
             self.saved_cost_usd += cost
         elif tier == "miss":
             self.misses += 1
+            reason = str(event.get("miss_reason") or "unknown")  # events from before it was kept
+            self.miss_reasons[reason] = self.miss_reasons.get(reason, 0) + 1
         elif tier == "bypass":
             self.bypassed += 1
         else:
@@ -135,6 +138,10 @@ def _totals(t: Tally) -> dict[str, Any]:
         "normalized_hits": t.normalized_hits,
         "semantic_hits": t.semantic_hits,
         "misses": t.misses,
+        # why they missed; "budget", "store", "error" are lookups that failed open
+        "miss_reasons": dict(sorted(t.miss_reasons.items())),
+        "failed_open": sum(t.miss_reasons.get(r, 0) for r in ("budget", "store", "error")),
+        "failed_open_budget": t.miss_reasons.get("budget", 0),
         "bypassed": t.bypassed,
         "not_cacheable": t.not_cacheable,
         "hit_rate": rate(t.hits, t.lookups),

@@ -35,6 +35,12 @@ def render_cache(console: Console, report: dict[str, Any]) -> None:
         f"{t['saved_cost_usd']:.4f}",
     )
     console.print(summary)
+    reasons = t.get("miss_reasons") or {}
+    if reasons:  # "budget", "store", "error": lookups that failed open
+        why = Table("why", "misses", title="Misses by reason")
+        for reason, count in reasons.items():
+            why.add_row(reason, str(count))
+        console.print(why)
     latency = Table("latency (ms)", "count", "p50", "p95", "p99", title="Hits vs misses")
     for name in ("hit", "miss"):
         row = report["latency_ms"][name]

@@ -317,3 +317,25 @@ def test_rows_say_whether_their_model_has_a_price() -> None:
         row["model"]: (row["priced"], row["saved_cost_usd"]) for row in report["by_tenant_model"]
     }
     assert rows == {"echo": (True, pytest.approx(90e-6)), "free": (False, 0.0)}
+
+
+def test_misses_are_counted_by_why_and_budget_fail_opens_apart() -> None:
+    query = ReportQuery.parse("1h", now=NOW)
+    at = NOW.timestamp() - 1
+    events = [
+        dataclasses.asdict(event(at, "miss", miss_reason="budget")),
+        dataclasses.asdict(event(at, "miss", miss_reason="budget")),
+        dataclasses.asdict(event(at, "miss", miss_reason="store")),
+        dataclasses.asdict(event(at, "miss", miss_reason="no_candidate")),
+        dataclasses.asdict(event(at, "miss", miss_reason="refused:verifier")),
+        dataclasses.asdict(event(at, "exact", saved_tokens=3)),
+    ]
+    totals = cache_report(events, query, {})["totals"]
+    assert totals["misses"] == 5
+    assert totals["miss_reasons"] == {
+        "budget": 2,
+        "no_candidate": 1,
+        "refused:verifier": 1,
+        "store": 1,
+    }
+    assert (totals["failed_open"], totals["failed_open_budget"]) == (3, 2)
