@@ -6,10 +6,17 @@ Counters the request path updates live here; numbers that other components alrea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -20,25 +27,23 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self._requests = Counter(
+        # What every request updates: plain numbers (see `LoopCounter`).
+        self._requests = LoopCounter(
             "gateway_requests",
             "Requests answered, by tenant, model and HTTP status.",
             ["tenant", "model", "status"],
-            registry=r,
         )
-        self._latency = Histogram(
+        self._latency = LoopHistogram(
             "gateway_request_duration_seconds",
             "Time from request to the end of the answer.",
             ["route"],
-            buckets=_BUCKETS,
-            registry=r,
+            _BUCKETS,
         )
-        self._upstream_latency = Histogram(
+        self._upstream_latency = LoopHistogram(
             "gateway_upstream_duration_seconds",
             "Time from sending upstream to the end of its answer, by backend.",
             ["backend"],
-            buckets=_BUCKETS,
-            registry=r,
+            _BUCKETS,
         )
         self._upstream_errors = Counter(
             "gateway_upstream_errors",
@@ -56,12 +61,11 @@ class Metrics:
             ["backend", "reason"],
             registry=r,
         )
-        self._queue_wait = Histogram(
+        self._queue_wait = LoopHistogram(
             "gateway_queue_wait_seconds",
             "Time waiting in a backend's fair queue.",
             ["backend", "class"],
-            buckets=_BUCKETS,
-            registry=r,
+            _BUCKETS,
         )
         self._quota_rejections = Counter(
             "gateway_quota_rejections",
@@ -75,12 +79,19 @@ class Metrics:
             ["decision"],
             registry=r,
         )
-        self._tokens = Counter(
+        self._tokens = LoopCounter(
             "gateway_tokens",
             "Tokens served, by tenant and kind (prompt, completion).",
             ["tenant", "kind"],
-            registry=r,
         )
+        loop_metrics = (
+            self._requests,
+            self._latency,
+            self._upstream_latency,
+            self._queue_wait,
+            self._tokens,
+        )
+        r.register(_Snapshots(lambda: [m.collect() for m in loop_metrics]))
         self._cache_lookups = Counter(
             "gateway_cache_lookups",
             "Cache lookups by result (hit, miss, bypass) and tier.",
@@ -119,11 +130,11 @@ class Metrics:
     def request_done(
         self, route: str, tenant: str, model: str, status: int, seconds: float
     ) -> None:
-        self._count(self._requests, ("r", tenant, model, str(status)))
-        self._observe(self._latency, ("l", route), seconds)
+        self._requests.inc((tenant, model, str(status)))
+        self._latency.observe((route,), seconds)
 
     def upstream_done(self, backend: str, seconds: float) -> None:
-        self._observe(self._upstream_latency, ("u", backend), seconds)
+        self._upstream_latency.observe((backend,), seconds)
 
     def upstream_error(self, backend: str, kind: str) -> None:
         self._upstream_errors.labels(backend, kind).inc()
@@ -132,7 +143,7 @@ class Metrics:
         self._retries.labels(backend, reason).inc()
 
     def queue_waited(self, backend: str, priority: str, seconds: float) -> None:
-        self._observe(self._queue_wait, ("q", backend, priority), seconds)
+        self._queue_wait.observe((backend, priority), seconds)
 
     def quota_rejected(self, tenant: str, reason: str) -> None:
         self._quota_rejections.labels(tenant, reason).inc()
@@ -141,8 +152,8 @@ class Metrics:
         self._quota_fallbacks.labels(decision).inc()
 
     def tokens(self, tenant: str, prompt: int, completion: int) -> None:
-        self._count(self._tokens, ("tp", tenant, "prompt"), prompt)
-        self._count(self._tokens, ("tc", tenant, "completion"), completion)
+        self._tokens.inc((tenant, "prompt"), prompt)
+        self._tokens.inc((tenant, "completion"), completion)
 
     def cache_lookup(self, tenant: str, model: str, result: str, tier: str) -> None:
         self._count(self._cache_lookups, ("c", tenant, model, result, tier))
@@ -176,6 +187,53 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels(*key[1:])
         return child
+
+
+class LoopCounter:
+    """A labelled counter kept as plain numbers, for what the request path counts on every
+    request: only the event loop's thread updates it (and reads it, at scrape time), so
+    it takes no lock, where prometheus_client takes one per increment."""
+
+    def __init__(self, name: str, doc: str, labels: list[str]) -> None:
+        self._name, self._doc, self._labels = name, doc, labels
+        self._values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, key: tuple[str, ...], amount: float = 1.0) -> None:
+        self._values[key] = self._values.get(key, 0.0) + amount
+
+    def collect(self) -> Metric:
+        family = CounterMetricFamily(self._name, self._doc, labels=self._labels)
+        for key, value in self._values.items():
+            family.add_metric(list(key), value)
+        return family
+
+
+class LoopHistogram:
+    """A labelled histogram kept as plain numbers (see `LoopCounter`): per label set, a
+    count per bucket (the first bound at or above the value, as Prometheus's `le`) and
+    the sum."""
+
+    def __init__(self, name: str, doc: str, labels: list[str], bounds: Sequence[float]) -> None:
+        self._name, self._doc, self._labels = name, doc, labels
+        self._bounds = tuple(bounds)
+        self._series: dict[tuple[str, ...], list[float]] = {}
+
+    def observe(self, key: tuple[str, ...], value: float) -> None:
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = [0.0] * (len(self._bounds) + 2)
+        series[bisect_left(self._bounds, value)] += 1
+        series[-1] += value
+
+    def collect(self) -> Metric:
+        family = HistogramMetricFamily(self._name, self._doc, labels=self._labels)
+        for key, series in self._series.items():
+            cumulative, buckets = 0.0, []
+            for bound, count in zip((*self._bounds, math.inf), series, strict=False):
+                cumulative += count
+                buckets.append(("+Inf" if math.isinf(bound) else repr(float(bound)), cumulative))
+            family.add_metric(list(key), buckets, sum_value=series[-1])
+        return family
 
 
 class _Snapshots(Collector):
