@@ -6,8 +6,10 @@ The client is gone: its queue place and upstream request are cancelled instead o
 served to nobody, and `ClientGone` (499, for the log) is raised. Two ways to notice:
 
 - under the gateway's own server (`gateway/server.py`), the HTTP protocol cancels the
-  request's task itself when the connection is lost before the response started: the
-  scope says so (`SERVER_CANCELS`), and the task registers itself (`TASK`). No extra task.
+  request's task itself when the connection is lost before the response is complete: the
+  scope says so (`SERVER_CANCELS`), and the task registers itself (`TASK`) while the
+  answer is made, and again while a stream is relayed (`gateway/relay.py`). No extra task
+  (Starlette's streams otherwise run a second task per stream to listen for it).
 - under any other ASGI server, one watcher task per request waits for `http.disconnect`
   and cancels the request's task (a task group of two tasks cost a fifth of the gateway's
   CPU per proxied request; the watcher alone, about a tenth).

@@ -59,6 +59,13 @@ def bad_request(exc: ValidationError, body: dict[str, Any]) -> BadRequest:
     path, error = next(((p, e) for p, e in at if e["type"] not in _TYPES), at[0])
     param = _name(path)
     kind = error["type"]
+    if kind == "int_type" and _huge_integer(error["input"]):
+        return BadRequest(  # an integer JSON parsers hold only as a float (beyond 2^63)
+            f"Invalid '{param}': integer above maximum value. Expected a value that fits in "
+            f"64 bits, but got {int(error['input'])} instead.",
+            param=param,
+            code="integer_above_max_value",
+        )
     if kind in _TYPES:
         expected = list(dict.fromkeys(_TYPES[e["type"]] for _, e in at if e["type"] in _TYPES))
         return _invalid_type(param, expected, error["input"])
@@ -152,6 +159,10 @@ def _invalid_type(param: str, expected: list[str], given: object, why: str = "")
         param=param,
         code="invalid_type",
     )
+
+
+def _huge_integer(value: object) -> bool:
+    return isinstance(value, float) and value.is_integer() and abs(value) >= 2.0**63
 
 
 def _missing(param: str, why: str = "") -> BadRequest:

@@ -10,6 +10,7 @@ gone), with the status and the body or stream it carried.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from backends.errors import BackendError
 from backends.http import UpstreamResponse
+from gateway.disconnect import DISCONNECTED, SERVER_CANCELS, TASK
 from gateway.errors import GatewayError, UpstreamError, error_body
 from gateway.metrics import Metrics
 from gateway.traffic.forward import translate
@@ -148,9 +150,26 @@ class RelayedStream(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            if scope.get(SERVER_CANCELS):
+                await self._stream_until_cancelled(scope, send)
+            else:  # Starlette's: a second task listens for the disconnect
+                await super().__call__(scope, receive, send)
         finally:
             await self._on_close()
+
+    async def _stream_until_cancelled(self, scope: Scope, send: Send) -> None:
+        """Under the gateway's own server, which cancels this task when the client leaves
+        (gateway/disconnect.py): no listener task per stream."""
+        current = asyncio.current_task()
+        assert current is not None
+        scope[TASK] = current
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not (scope.get(DISCONNECTED) and current.uncancel() == 0):
+                raise  # the client left: the close hook records it (499)
+        finally:
+            scope[TASK] = None
 
 
 def _event_boundary(data: bytes) -> int:

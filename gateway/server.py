@@ -96,7 +96,8 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
         self._disarm()
         cycle = self.cycle
         super().connection_lost(exc)
-        if cycle is not None and not cycle.response_started:
+        if cycle is not None and not cycle.response_complete:
+            # The answer being made, or a stream being relayed (each registers its task).
             cancel_on_disconnect(cycle.scope)  # type: ignore[arg-type]
 
     def _arm(self) -> None:

@@ -106,3 +106,10 @@ def test_a_body_of_the_wrong_shape_is_a_400() -> None:
     with pytest.raises(BadRequest, match="expects a JSON object, but got an array") as caught:
         parse_request("embeddings", b'[{"model": "m", "input": "x"}]')
     assert caught.value.param is None
+
+
+def test_an_integer_beyond_64_bits_is_out_of_range_not_a_decimal() -> None:
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": '
+    with pytest.raises(BadRequest) as caught:
+        parse_request("chat", raw + b"1180591620717411303424}")  # 2**70
+    assert (caught.value.param, caught.value.code) == ("max_tokens", "integer_above_max_value")
