@@ -164,7 +164,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
     host = args.host or settings.listen.host
     port = args.port if args.port is not None else int(os.environ.get("PORT", settings.listen.port))
-    return serve(settings, host, port)
+    return serve(settings, host, port, str(args.config))
 
 
 def _check(settings: Settings, args: argparse.Namespace) -> int:

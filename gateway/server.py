@@ -21,11 +21,14 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
 
 
-def serve(settings: Settings, host: str, port: int) -> int:
+def serve(settings: Settings, host: str, port: int, source: str = "") -> int:
+    """Serves until SIGTERM or Ctrl-C; `source` names the config file, for the one line
+    that says the gateway is serving."""
     from gateway.app import create_app  # here: the bench's skeleton imports only the config
 
     configure_logging(settings.log_level)
     server = FreezingServer(uvicorn_config(create_app(settings), host, port))
+    server.banner = serving_line(settings, host, port, source)
     # uvicorn drains on SIGTERM, restores this handler and raises the signal again: a
     # gateway that drained cleanly exits 0.
     signal.signal(signal.SIGTERM, _exit_after_drain)
@@ -33,16 +36,39 @@ def serve(settings: Settings, host: str, port: int) -> int:
     return 0 if server.started else 1
 
 
+def serving_line(settings: Settings, host: str, port: int, source: str) -> str:
+    """One line for a person: where it serves, from which config, to which backends, and
+    where its state lives (never a key or a credential: URLs of Redis lose their password)."""
+    backends = "; ".join(f"{b.name} [{', '.join(b.models)}]" for b in settings.backends)
+    state = settings.state
+    where = f"memory, {state.path}" if state.url == "memory" else redacted_url(state.url)
+    config = f"config {source}; " if source else ""
+    return (
+        f"gateway: serving http://{host}:{port}/v1 ({config}backends: {backends}; state: {where})"
+    )
+
+
+def redacted_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    _credentials, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}{host}" if at else url
+
+
 class FreezingServer(uvicorn.Server):
     """Once the app's lifespan has built everything, moves what exists then (objects that
     live as long as the process) out of every garbage-collection pass, and makes the
-    collector run less often: requests allocate many short-lived objects."""
+    collector run less often: requests allocate many short-lived objects. Then says, in
+    one line, that it is serving (`banner`)."""
+
+    banner = ""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
+        if self.banner and self.started:
+            print(self.banner, file=sys.stderr, flush=True)
 
 
 def uvicorn_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:

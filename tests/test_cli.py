@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import hash_of
+from gateway.server import redacted_url
+from tests.conftest import GatewayFactory, hash_of
 from tests.support.processes import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -174,3 +175,25 @@ def test_keys_list_shows_configured_keys_by_id_never_the_keys(tmp_path: Path) ->
     assert revoked.returncode == 0, revoked.stderr
     after = _rows(_gateway("keys", "list", env=env, cwd=tmp_path).stdout)
     assert after == rows[:3]
+
+
+def test_the_gateway_says_in_one_line_where_it_serves(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    """Address, config file, backends, where state lives; never a credential."""
+    secret = "hunter2-redis-password"
+    config = {
+        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
+        "cache": {"enabled": False},
+        "backends": [{"name": "up", "base_url": "http://127.0.0.1:9/v1", "models": ["m1", "m2"]}],
+        "tenants": [],
+    }
+    gw = gateway_factory(config)
+    lines = [line for line in gw.server.log().splitlines() if "serving" in line]
+    assert len(lines) == 1, gw.server.log()
+    line = lines[0]
+    assert f"serving http://127.0.0.1:{gw.port}/v1" in line
+    assert str(gw.config_path) in line and "up [m1, m2]" in line
+    assert f"memory, {tmp_path / 'state.json'}" in line
+    assert secret not in line
+    assert redacted_url(f"redis://user:{secret}@10.0.0.5:6379/0") == "redis://10.0.0.5:6379/0"
