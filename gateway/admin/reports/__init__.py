@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 ReportKind = Literal["cache", "cold_start"]
-COLD_STARTS = "cold_starts"  # written by gateway.coldstart (warmpool timeline records)
+COLD_STARTS = "cold_starts"  # cold-start records: gateway.events.RedisTimelineSink
 
 
 async def build_report(kind: ReportKind, settings: Settings, query: ReportQuery) -> dict[str, Any]:
