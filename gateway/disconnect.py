@@ -20,7 +20,7 @@ Either starts only once the body is read: the watcher consumes the request's mes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, MutableMapping
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -35,20 +35,27 @@ T = TypeVar("T")
 
 
 async def unless_disconnected(request: Request, answer: Awaitable[T]) -> T:
-    scope = request.scope
+    if request.scope.get(SERVER_CANCELS):
+        return await cancelled_by_server(request.scope, answer)
     current = asyncio.current_task()
     assert current is not None
-    if scope.get(SERVER_CANCELS):
-        scope[TASK] = current
-        try:
-            return await answer
-        except asyncio.CancelledError:
-            if scope.get(DISCONNECTED) and current.uncancel() == 0:
-                raise ClientGone("The client closed the connection before the answer.") from None
-            raise
-        finally:
-            scope[TASK] = None
     return await _watched(request, current, answer)
+
+
+async def cancelled_by_server(scope: MutableMapping[str, Any], work: Awaitable[T]) -> T:
+    """`work`, registered for the server to cancel if the client leaves meanwhile; then
+    `ClientGone`. Only where the scope says the server does so (`SERVER_CANCELS`)."""
+    current = asyncio.current_task()
+    assert current is not None
+    scope[TASK] = current
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if scope.get(DISCONNECTED) and current.uncancel() == 0:
+            raise ClientGone("The client closed the connection before the answer.") from None
+        raise
+    finally:
+        scope[TASK] = None
 
 
 def cancel_on_disconnect(scope: dict[str, Any]) -> None:

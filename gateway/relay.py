@@ -10,7 +10,7 @@ gone), with the status and the body or stream it carried.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -20,8 +20,8 @@ from starlette.types import Receive, Scope, Send
 
 from backends.errors import BackendError
 from backends.http import UpstreamResponse
-from gateway.disconnect import DISCONNECTED, SERVER_CANCELS, TASK
-from gateway.errors import GatewayError, UpstreamError, error_body
+from gateway.disconnect import SERVER_CANCELS, cancelled_by_server
+from gateway.errors import ClientGone, GatewayError, UpstreamError, error_body
 from gateway.metrics import Metrics
 from gateway.traffic.forward import translate
 from gateway.usage import TokenUsage, usage_in
@@ -160,16 +160,8 @@ class RelayedStream(StreamingResponse):
     async def _stream_until_cancelled(self, scope: Scope, send: Send) -> None:
         """Under the gateway's own server, which cancels this task when the client leaves
         (gateway/disconnect.py): no listener task per stream."""
-        current = asyncio.current_task()
-        assert current is not None
-        scope[TASK] = current
-        try:
-            await self.stream_response(send)
-        except asyncio.CancelledError:
-            if not (scope.get(DISCONNECTED) and current.uncancel() == 0):
-                raise  # the client left: the close hook records it (499)
-        finally:
-            scope[TASK] = None
+        with contextlib.suppress(ClientGone):  # the close hook records it (499)
+            await cancelled_by_server(scope, self.stream_response(send))
 
 
 def _event_boundary(data: bytes) -> int:
