@@ -131,8 +131,9 @@ class SemanticCache:
         self._tasks.start_soon(self._store_answer, answer, entry)
 
     def record_hit_later(self, entry_id: str) -> None:
-        if all(entry.entry_id != entry_id for entry in self._pending.values()):
-            self._tasks.start_soon(self._record_hit, entry_id)
+        # A hit on an answer still being stored counts if the store is done by then; the
+        # stores ignore an id they do not hold.
+        self._tasks.start_soon(self._record_hit, entry_id)
 
     async def flush(self, tenants: Collection[str]) -> tuple[int, int]:
         return await flush_tenants(self._store, tenants)

@@ -7,10 +7,9 @@ quota reservation, the pool lease) and what it holds; it is its own context mana
     async with exchange:
         ...                         # the steps fill the exchange in
 
-However the block ends, `Exchange.end` runs exactly once (the quota refund shielded from
-cancellation):
-settle (the quota reservation, with what the model really used), release (the lease),
-store (a complete answer, in the cache), record (metrics, access log, report event). A
+However the block ends, `Exchange.end` runs exactly once: settle (the quota reservation,
+with what the model really used; shielded from cancellation), release (the lease), store
+(a complete answer, in the cache), record (metrics, access log, report event). A
 stream hands its end over (`Exchange.hand_off`): it runs when the stream is over instead.
 An exception leaving the block is turned into the `GatewayError` the client gets
 (`errors.as_error`) before the end is recorded, and re-raised as that; a cancellation
@@ -49,6 +48,8 @@ class Exchange:
     path: str
     started: float  # perf_counter
     headers: dict[str, str]  # gateway.body.header_map
+    lifecycle: Lifecycle  # ends it
+    report: bool  # records a report event (the OpenAI routes)
     tenant: str | None = None
     model: str | None = None
     backend: str | None = None
@@ -64,8 +65,6 @@ class Exchange:
     refused: str | None = None
     handed_off: bool = False  # a stream ends the exchange itself, when it is over
     ended: bool = False
-    lifecycle: Lifecycle | None = None
-    report: bool = True  # records a report event (the OpenAI routes)
 
     def hand_off(self) -> Finish:
         """The exchange ends when the returned function is called, not with its block."""
@@ -73,7 +72,6 @@ class Exchange:
         return self.end
 
     async def end(self, ending: Ending) -> None:
-        assert self.lifecycle is not None, "the exchange was not begun by a Lifecycle"
         await self.lifecycle.end(self, ending)
 
     async def __aenter__(self) -> Exchange:
@@ -130,22 +128,18 @@ class Lifecycle:
         """The exchange of `request`, to be used as `async with` (see the module)."""
         self._metrics.in_flight += 1
         headers = header_map(request.scope)
-        exchange = Exchange(
+        return Exchange(
             request_id(headers),
             request.method,
             request.scope["path"],
             time.perf_counter(),
             headers,
+            self,
+            report,
         )
-        exchange.lifecycle = self
-        exchange.report = report
-        return exchange
 
     async def end(self, exchange: Exchange, ending: Ending) -> None:
         """Settles, releases, stores and records `exchange`; once, whoever calls first."""
-        await self._end(exchange, ending, self._events if exchange.report else None)
-
-    async def _end(self, exchange: Exchange, ending: Ending, events: EventLog | None) -> None:
         if exchange.ended:
             return
         exchange.ended = True
@@ -158,7 +152,7 @@ class Lifecycle:
             self._metrics.tokens(exchange.tenant, usage.prompt, usage.completion)
         if ending.status == 200 and ending.body is not None and exchange.probe is not None:
             self._cache.store(exchange.probe, ending.body)
-        self._record(exchange, ending, usage, events)
+        self._record(exchange, ending, usage)
 
     async def _settle(self, exchange: Exchange, usage: TokenUsage) -> None:
         reservation = exchange.admission.reservation
@@ -167,9 +161,7 @@ class Lifecycle:
             with anyio.CancelScope(shield=True):
                 await self._quotas.settle(reservation, usage.total)
 
-    def _record(
-        self, exchange: Exchange, ending: Ending, usage: TokenUsage, events: EventLog | None
-    ) -> None:
+    def _record(self, exchange: Exchange, ending: Ending, usage: TokenUsage) -> None:
         seconds = time.perf_counter() - exchange.started
         e = exchange
         self._metrics.in_flight -= 1
@@ -177,8 +169,8 @@ class Lifecycle:
         self._access.write(
             e.request_id, e.method, e.path, e.tenant, e.model, ending.status, seconds, ending.error
         )
-        if events is not None:
-            events.record(_event(exchange, ending.status, seconds, usage))
+        if exchange.report and self._events is not None:
+            self._events.record(_event(exchange, ending.status, seconds, usage))
 
 
 def _event(exchange: Exchange, status: int, seconds: float, usage: TokenUsage) -> RequestEvent:
