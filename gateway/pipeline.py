@@ -44,7 +44,6 @@ from gateway.usage import UsageTap
 class Call:
     """An admitted request: what it asked, who asked, where it goes, until when."""
 
-    request: Request
     body: OpenAIRequest
     raw: bytes  # forwarded unchanged
     tenant: Tenant
@@ -88,7 +87,7 @@ class Pipeline:
         exchange = self._lifecycle.begin(request, report=False)
         try:
             async with exchange:
-                return await self._models(request, exchange)
+                return await self._models(exchange)
         except GatewayError as error:
             return error.to_response(exchange.request_id)
 
@@ -98,7 +97,7 @@ class Pipeline:
         raw = await self._body.read(request)
         body = parse_request(kind, raw)
         exchange.model = body.model
-        call = self._route(request, body, raw, tenant, exchange)
+        call = self._route(body, raw, tenant, exchange)
         await self._admit(call, exchange)
         return await unless_disconnected(request, self._answer(call, exchange))
 
@@ -125,9 +124,7 @@ class Pipeline:
         exchange.tenant = principal.tenant
         return self._catalog.tenant(principal.tenant)
 
-    def _route(
-        self, request: Request, body: OpenAIRequest, raw: bytes, tenant: Tenant, exchange: Exchange
-    ) -> Call:
+    def _route(self, body: OpenAIRequest, raw: bytes, tenant: Tenant, exchange: Exchange) -> Call:
         route = self._catalog.route(tenant.name, body.model)
         exchange.backend = route.backend
         headers = exchange.headers
@@ -137,7 +134,7 @@ class Pipeline:
         default_s = traffic.deadline_s.get(priority, 60.0)
         length_s = deadline_s(headers, default_s, traffic.max_deadline_s)
         deadline = Deadline.after(length_s, exchange.elapsed_s())
-        return Call(request, body, raw, tenant, self._pools[route.backend], priority, deadline)
+        return Call(body, raw, tenant, self._pools[route.backend], priority, deadline)
 
     async def _admit(self, call: Call, exchange: Exchange) -> None:
         exchange.estimate = call.body.reserved_tokens(self._traffic.default_max_tokens)
@@ -202,7 +199,7 @@ class Pipeline:
             lease.first_byte()
         return response
 
-    async def _models(self, request: Request, exchange: Exchange) -> Response:
+    async def _models(self, exchange: Exchange) -> Response:
         tenant = await self._authenticate(exchange)
         body = _model_list(self._catalog.models_for(tenant.name))
         return Response(body, 200, {"x-request-id": exchange.request_id}, "application/json")
