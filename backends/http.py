@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -107,7 +108,7 @@ class HttpUpstream:
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
         try:
-            response = await self._request("POST", path, body, headers)
+            response = await self._request("POST", self.base_url + path, body, headers)
         except Exception as exc:
             raise _translate(exc) from exc
         return UpstreamResponse(response)
@@ -116,7 +117,7 @@ class HttpUpstream:
         """Status of a GET, for health probes."""
         try:
             async with asyncio.timeout(timeout_s):
-                response = await self._request("GET", path, None, {})
+                response = await self._request("GET", self.base_url + path, None, {})
         except TimeoutError as exc:
             raise UpstreamTimeoutError("health probe timed out") from exc
         except Exception as exc:
@@ -124,22 +125,47 @@ class HttpUpstream:
         response.release()
         return response.status
 
+    async def fetch(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        """Status and body of a GET, whole, within `timeout_s` (engine metrics); `url` is a
+        path under the base URL or an absolute URL. The API key goes only to the base URL's
+        own scheme, host and port."""
+        absolute = url.startswith(("http://", "https://"))
+        target = url if absolute else self.base_url + url
+        auth = not absolute or _origin(url) == _origin(self.base_url)
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self._request("GET", target, None, {}, auth)
+                try:
+                    return response.status, await response.read()
+                finally:
+                    response.release()
+        except TimeoutError as exc:
+            raise UpstreamTimeoutError("fetch timed out") from exc
+        except Exception as exc:
+            raise _translate(exc) from exc
+
     def _request(
         self,
         method: str,
-        path: str,
+        url: str,
         body: bytes | None,
         headers: Mapping[str, str],
+        auth: bool = True,
     ) -> Awaitable[aiohttp.ClientResponse]:
         # Not a coroutine of its own: one await level less on every request's path.
         assert self._session is not None, "open() the upstream first"
         return self._session.request(
             method,
-            self.base_url + path,
+            url,
             data=body,
-            headers={**headers, **self._auth},
+            headers={**headers, **self._auth} if auth else headers,
             allow_redirects=False,
         )
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc
 
 
 def _translate(exc: Exception) -> Exception:
