@@ -272,6 +272,7 @@ def gateway_config(
                 "base_url": upstream_url + "/v1",
                 "models": [MODEL],
                 "max_concurrency": max_concurrency,
+                "concurrency": {"mode": "fixed"},  # the two hand-set cases
             }
         ],
         "tenants": [

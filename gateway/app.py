@@ -121,6 +121,7 @@ async def _readiness(parts: Parts) -> Response:
             name: sorted(h.upstream.base_url for h in pool.replicas.handles.values())
             for name, pool in parts.pools.items()
         },
+        "capacity": {name: pool.view() for name, pool in parts.pools.items()},
     }
     try:
         await parts.store.ping()

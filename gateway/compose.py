@@ -55,8 +55,12 @@ from gateway.tenancy.state_redis import RedisStateStore
 from gateway.tenancy.tenant_store import TenantDirectory
 from gateway.tenancy.tenants import Catalog
 from gateway.traffic.breaker import CircuitBreaker
-from gateway.traffic.pool import Pool
-from gateway.traffic.replica_set import ReplicaSet
+from gateway.traffic.capacity import CapacityConfig, ReplicaCapacity
+from gateway.traffic.engine_metrics import EngineSample, metrics_url
+from gateway.traffic.engine_metrics import scrape as scrape_engine
+from gateway.traffic.gradient import GradientLimiter
+from gateway.traffic.pool import Pool, Scraper
+from gateway.traffic.replica_set import ReplicaHandle, ReplicaSet
 from gateway.traffic.retry import RetryBudget, UpstreamRetryPolicy
 from gateway.traffic.scheduler import FairScheduler
 from warmpool.autoscale import ScalePolicy
@@ -115,6 +119,7 @@ async def build(
         config_keys,
         access,
         lambda kind, query: build_report(kind, settings, query),
+        lambda: [pool.view() for pool in pools.values()],
     )
     return Parts(store, pools, _health(settings, pools), pipeline, admin)
 
@@ -199,14 +204,61 @@ def _pool(
     scheduler = FairScheduler(
         0, traffic.max_queue, output_weight=traffic.output_weight, on_wait=waited
     )
-    replicas = ReplicaSet(lambda url: _upstream(backend, url), breaker, tasks)
+    concurrency = backend.concurrency
+    replicas = ReplicaSet(
+        lambda url: _upstream(backend, url),
+        breaker,
+        tasks,
+        lambda: _capacity(backend),
+        lambda url: metrics_url(url, concurrency.metrics_path),
+    )
     stack.push_async_callback(replicas.close)
     budget = RetryBudget(traffic.retry_budget_ratio, traffic.retry_min_per_s)
     retry = backend.retry or traffic.retry
     policy = UpstreamRetryPolicy(
         retry.max_attempts, retry.base_s, retry.cap_s, retry.max_retry_after_s
     )
-    return Pool(backend.name, replicas, scheduler, budget, backend.max_concurrency, metrics, policy)
+    pool = Pool(
+        backend.name,
+        replicas,
+        scheduler,
+        budget,
+        metrics,
+        policy,
+        engine_priority=backend.priority_scheduling,
+    )
+    if concurrency.mode == "adaptive":
+        tasks.start_soon(pool.run_capacity, _scraper(backend), concurrency.interval_s)
+    return pool
+
+
+def _capacity(backend: Backend) -> ReplicaCapacity:
+    c = backend.concurrency
+    config = CapacityConfig(
+        c.mode, backend.max_concurrency, c.initial, c.min, backend.engine, c.kv_high
+    )
+    if c.mode == "fixed":
+        return ReplicaCapacity(config)
+    gradient = GradientLimiter(
+        min(c.initial, backend.max_concurrency),
+        min_limit=c.min,
+        max_limit=backend.max_concurrency,
+        ttft_tolerance=c.latency_tolerance,
+    )
+    return ReplicaCapacity(config, gradient)
+
+
+def _scraper(backend: Backend) -> Scraper:
+    """Reads a replica engine's /metrics (None for an engine without, or a failed read)."""
+    engine = backend.engine
+    timeout_s = max(0.1, backend.concurrency.interval_s * 2)
+
+    async def scrape(handle: ReplicaHandle) -> EngineSample | None:
+        if engine == "none" or not handle.metrics_url:
+            return None
+        return await scrape_engine(handle.upstream, handle.metrics_url, engine, timeout_s)
+
+    return scrape
 
 
 async def _scale_to_zero(
@@ -247,7 +299,7 @@ def _manager(
     policy = ScalePolicy(
         min_replicas=s.min_replicas,
         max_replicas=s.max_replicas,
-        target_queue_per_replica=s.target_queue_per_replica,
+        target_queue_per_replica=s.target_queue_per_replica or 2.0,
         idle_s=s.idle_s,
         last_replica_idle_s=s.last_replica_idle_s,
         warm_pool=s.warm_pool,
@@ -255,9 +307,8 @@ def _manager(
         panic_window_s=min(s.panic_window_s, s.stable_window_s),
     )
 
-    def demand() -> int:
-        snap = pool.scheduler.snapshot()
-        return sum(snap.depth.values()) + snap.in_flight
+    def capacity() -> float | None:
+        return pool.learned_per_replica() if s.target_queue_per_replica is None else None
 
     weights = backend.weights
     return ColdStartManager(
@@ -269,7 +320,8 @@ def _manager(
         weights_uri=weights.uri if weights is not None else None,
         pin_weights=weights is not None and weights.staged == "always",
         load=pool.replicas.load,
-        demand=demand,
+        demand=pool.demand,
+        capacity=capacity,
     )
 
 
@@ -469,7 +521,45 @@ def _pool_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
         is_open = any(handle.open for handle in pool.replicas.handles.values())
         breaker.add_metric([name], 1 if is_open else 0)
         exhausted.add_metric([name], pool.budget.snapshot().exhausted)
-    return [depth, busy, replicas, shed, breaker, exhausted]
+    return [depth, busy, replicas, shed, breaker, exhausted, *_capacity_metrics(pools)]
+
+
+def _capacity_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
+    """Learned limits and what the engines report, per replica; desired replicas per backend."""
+    per_replica = ["backend", "replica"]
+    limit = gauge(
+        "gateway_replica_concurrency_limit",
+        "Requests a replica is sent at once: its learned (or fixed) limit.",
+        per_replica,
+    )
+    on_replica = gauge("gateway_replica_in_flight", "Requests on a replica now.", per_replica)
+    engine = {
+        field: gauge(f"gateway_engine_{name}", doc, per_replica)
+        for field, name, doc in (
+            ("waiting", "requests_waiting", "Requests queued inside the engine (its /metrics)."),
+            ("running", "requests_running", "Requests the engine runs (its /metrics)."),
+            ("kv_usage", "kv_cache_usage", "The engine's KV-cache usage, 0 to 1 (its /metrics)."),
+        )
+    }
+    desired = gauge(
+        "gateway_backend_desired_replicas",
+        "Replicas the backend's demand needs (queued, in flight and queued in the engines, "
+        "over the learned limit per replica); KEDA scales on it.",
+        ["backend"],
+    )
+    for name, pool in pools.items():
+        for handle in pool.replicas.handles.values():
+            labels = [name, handle.id]
+            limit.add_metric(labels, handle.capacity.limit)
+            on_replica.add_metric(labels, handle.in_flight)
+            sample = handle.capacity.sample
+            for field, family in engine.items():
+                value = getattr(sample, field) if sample is not None else None
+                if value is not None:
+                    family.add_metric(labels, value)
+        wanted = pool.manager.snapshot().desired if pool.manager else pool.desired_replicas()
+        desired.add_metric([name], wanted)
+    return [limit, on_replica, *engine.values(), desired]
 
 
 def _cache_metrics(stats: dict[str, int]) -> Iterable[Metric]:

@@ -108,7 +108,9 @@ class Scaling(_Strict):
     max_replicas: int = Field(default=1, ge=1)
     idle_s: float = Field(default=60.0, gt=0)  # idle time before one of several stops
     last_replica_idle_s: float = Field(default=300.0, gt=0)  # ... before the last one stops
-    target_queue_per_replica: float = Field(default=2.0, gt=0)
+    # Requests (queued, in flight, queued in the engine) one replica carries before another
+    # is added. None: its learned concurrency limit (`concurrency.mode: adaptive`), or 2.
+    target_queue_per_replica: float | None = Field(default=None, gt=0)
     warm_pool: int = Field(default=0, ge=0)  # extra idle replicas kept loaded
     # Demand is averaged over the stable window to size the backend, and over the short
     # panic window to react to bursts (Knative's two modes).
@@ -142,6 +144,23 @@ class RetrySettings(_Strict):
     max_retry_after_s: float = Field(default=2.0, ge=0)  # a longer Retry-After is relayed
 
 
+class Concurrency(_Strict):
+    """How many requests each replica gets at once (README "Learned capacity").
+
+    `adaptive` learns it from the engine's metrics (when `engine` is declared) and from
+    answer latency, between `min` and the backend's `max_concurrency`; `fixed` dispatches
+    exactly `max_concurrency` per replica, as a hand-set limit.
+    """
+
+    mode: Literal["adaptive", "fixed"] = "adaptive"
+    initial: int = Field(default=8, ge=1)  # the first limit, before anything is learned
+    min: int = Field(default=1, ge=1)
+    interval_s: float = Field(default=0.25, gt=0, le=10)  # control tick and metrics scrape
+    metrics_path: str = "/metrics"  # at the engine's root, or a full http(s):// URL
+    kv_high: float = Field(default=0.95, gt=0, le=1)  # KV usage at which an engine is full
+    latency_tolerance: float = Field(default=2.0, ge=1.1, le=10)  # vs the baseline latency
+
+
 class Backend(_Strict):
     name: Name
     # http: a static upstream at base_url; process: workers the gateway starts itself
@@ -155,7 +174,13 @@ class Backend(_Strict):
     models: list[Name] = Field(min_length=1)
     api_key: SecretStr | None = None
     timeouts: Timeouts = Timeouts()
+    # Per replica: the ceiling of the learned limit, or the limit with `concurrency.mode: fixed`.
     max_concurrency: int = Field(default=256, ge=1)
+    # What serves the model: its /metrics are read for capacity (none: latency only).
+    engine: Literal["vllm", "sglang", "tgi", "none"] = "none"
+    # vLLM started with `--scheduling-policy priority`: requests carry their class's rank.
+    priority_scheduling: bool = False
+    concurrency: Concurrency = Concurrency()
     health_path: str = "/models"
     launch: Launch | None = None
     weights: Weights | None = None
@@ -178,6 +203,10 @@ class Backend(_Strict):
             raise ValueError("a kubernetes backend needs the kubernetes section")
         if "{weights}" in " ".join(self.command) and self.weights is None:
             raise ValueError("command uses {weights} but the backend declares no weights")
+        if self.priority_scheduling and self.engine != "vllm":
+            raise ValueError("priority_scheduling needs engine: vllm (its `priority` field)")
+        if self.concurrency.min > self.max_concurrency:
+            raise ValueError("concurrency.min must be <= max_concurrency")
         return self
 
 

@@ -4,7 +4,9 @@ Demand is "requests queued + in flight" for the backend, sampled by the driver
 (`warmpool.manager`) once per tick. Two windows, as in Knative's autoscaler:
 
 - stable window (`stable_window_s`, 60 s): the average demand over it sets the number of
-  replicas, `ceil(avg / target_queue_per_replica)`. Scaling up and down both follow it,
+  replicas, `ceil(avg / per_replica)`, where `per_replica` is what one replica carries:
+  the learned concurrency limit of the ready replicas when the snapshot gives one
+  (`capacity_per_replica`), else `target_queue_per_replica`. Scaling up and down both follow it,
   so a burst shorter than the window barely moves it (hysteresis).
 - panic window (`panic_window_s`, 6 s): when the average over it reaches
   `panic_threshold` times what the ready replicas are meant to carry (twice by default), the
@@ -78,6 +80,7 @@ class ScaleSnapshot:
     last_active_by_replica: Mapping[str, float] = field(default_factory=dict)
     last_request_at: float | None = None  # last request for the backend, any replica
     last_panic_at: float | None = None  # from the previous Decision.panic_at
+    capacity_per_replica: float | None = None  # learned: overrides target_queue_per_replica
 
 
 @dataclass(frozen=True)
@@ -103,13 +106,14 @@ def desired_replicas(snapshot: ScaleSnapshot, policy: ScalePolicy) -> Decision:
     demand_now = s.demand_samples[-1][1] if s.demand_samples else 0
     stable = average_demand(s.demand_samples, s.now - p.stable_window_s)
     burst = average_demand(s.demand_samples, s.now - p.panic_window_s)
-    need = math.ceil(stable / p.target_queue_per_replica)
-    capacity = p.target_queue_per_replica * len(s.ready)
+    per_replica = s.capacity_per_replica or p.target_queue_per_replica
+    need = math.ceil(stable / per_replica)
+    capacity = per_replica * len(s.ready)
     panic_now = bool(s.ready) and burst >= p.panic_threshold * capacity
     panic_at = s.now if panic_now else s.last_panic_at
     panicking = panic_at is not None and s.now - panic_at < p.stable_window_s
     if panicking:  # scale to the burst at once...
-        need = max(need, math.ceil(burst / p.target_queue_per_replica))
+        need = max(need, math.ceil(burst / per_replica))
     base = max(need, p.min_replicas)
     desired = min(p.max_replicas, base + (p.warm_pool if base > 0 else 0))
     if panicking:  # ...and never down while it lasts

@@ -155,6 +155,7 @@ class ColdStartManager:
         pin_weights: bool = False,  # `staged: always`: pinned, and staged at start
         load: Callable[[], Mapping[str, ReplicaLoad]] = dict,  # per replica, see above
         demand: Callable[[], int] | None = None,  # queued + in flight; default: in flight
+        capacity: Callable[[], float | None] = lambda: None,  # per ready replica, learned
         clock: Callable[[], float] = time.monotonic,
         tick_s: float = 0.5,
         retry_after_failure_s: float = 5.0,
@@ -172,6 +173,7 @@ class ColdStartManager:
         self._pin = pin_weights
         self._load = load
         self._demand = demand or (lambda: sum(w.in_flight for w in load().values()))
+        self._capacity = capacity
         self._clock = clock
         self._tick_s = tick_s
         self._retry_s = retry_after_failure_s
@@ -342,6 +344,7 @@ class ColdStartManager:
             dict(self._last_active),
             self._last_request_at,
             self._decision.panic_at if self._decision else None,
+            self._capacity(),
         )
 
     def _apply(self, decision: Decision, trigger: str = "request") -> None:

@@ -28,6 +28,7 @@ from gateway.accesslog import AccessLog
 from gateway.admin.models import (
     DURATION,
     ISO_TIME,
+    BackendList,
     BudgetUsage,
     CacheFlushed,
     KeyCreated,
@@ -102,6 +103,7 @@ class AdminApi:
     config_keys: dict[str, Principal]  # key hash -> principal, declared in config
     access: AccessLog
     reports: ReportSource  # gateway.admin.reports.build_report, with the settings bound
+    backends: Callable[[], list[dict[str, Any]]] = list  # each backend's capacity view
 
     async def handle(
         self, request: Request, action: Callable[[Request], Awaitable[Answer]]
@@ -249,6 +251,11 @@ class AdminApi:
             tenant=tenant.name, scope=scope, tenants=members, namespaces=namespaces, removed=removed
         )
 
+    # --- backends ----------------------------------------------------------------------
+
+    async def list_backends(self, request: Request) -> Answer:
+        return 200, BackendList(data=self.backends())
+
     # --- reports -----------------------------------------------------------------------
 
     async def cache_report(self, request: Request) -> Answer:
@@ -314,6 +321,7 @@ ROUTES: list[tuple[str, str, Callable[[AdminApi, Request], Awaitable[Answer]]]] 
     ("/admin/keys/{key_id}", "DELETE", AdminApi.revoke_key),
     ("/admin/tenants/{name}/usage", "GET", AdminApi.usage),
     ("/admin/tenants/{name}/cache/flush", "POST", AdminApi.flush_cache),
+    ("/admin/backends", "GET", AdminApi.list_backends),
     ("/admin/reports/cache", "GET", AdminApi.cache_report),
     ("/admin/reports/cold-start", "GET", AdminApi.cold_start_report),
 ]

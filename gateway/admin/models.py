@@ -129,6 +129,13 @@ class Report(RootModel[dict[str, Any]]):
     """A report as `gateway report --format json` prints it (gateway/admin/reports)."""
 
 
+class BackendList(_Out):
+    """`GET /admin/backends`: each backend's learned capacity (see `Pool.view`)."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+
+
 class ErrorDetail(_Out):
     message: str
     type: str

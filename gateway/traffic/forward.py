@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
+import orjson
 
 from backends.errors import BackendError, UpstreamConnectError, UpstreamTimeoutError
 from backends.http import HttpUpstream, UpstreamResponse
@@ -64,6 +65,9 @@ async def forward(
     """
     pool = lease.pool
     lease.sent_at = time.perf_counter()
+    lease.streamed = streamed
+    if pool.engine_priority:
+        body = with_priority(body, lease.slot.rank)
     pool.budget.on_request()
     answer_by = lease.deadline.answer_by()
     scope = asyncio.timeout(max(0.0, answer_by - time.monotonic()))
@@ -97,8 +101,11 @@ async def _attempts(
         handle = _choose(lease, tried)
         tried.add(handle.id)
         lease.use(handle)
+        started = time.perf_counter()
         upstream, failure = await _try(handle.upstream, path, body, headers, streamed)
         outcome: AttemptOutcome = upstream.status if upstream is not None else _kind(failure)
+        if streamed and outcome == 200:
+            handle.capacity.observe("ttft", time.perf_counter() - started, time.monotonic())
         if handle.breaker is not None:
             handle.breaker.record(not counts_as_failure(outcome))
         if upstream is not None and not is_retryable(outcome):
@@ -121,6 +128,15 @@ async def _attempts(
             upstream.close()
         await anyio.sleep(decision.delay_s)
         attempt += 1
+
+
+def with_priority(body: bytes, rank: int) -> bytes:
+    """The request with vLLM's `priority` field set to its class rank (lower is served
+    first; the engine must run with `--scheduling-policy priority`). The gateway decides
+    a request's class, so a client's own `priority` is replaced."""
+    fields = orjson.loads(body)
+    fields["priority"] = rank
+    return orjson.dumps(fields)
 
 
 def _choose(lease: Lease, tried: set[str]) -> ReplicaHandle:

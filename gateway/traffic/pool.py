@@ -14,6 +14,11 @@ sample. Each replica's in-flight count lives in one place, its `ReplicaHandle`: 
 choice reads it, and the cold-start manager reads it (through `ReplicaSet.load`) to know
 which replicas are idle.
 
+How many requests the queue dispatches at once is the sum of the replicas' learned limits
+(gateway/traffic/capacity.py): `tune`, called every `interval_s` by `run_capacity`, reads
+each replica's engine metrics when its backend declares an engine, updates each limit and
+resizes the queue. With `mode: fixed` the sum is `max_concurrency` per ready replica.
+
 Errors are typed: `Overloaded` when the queue sheds the request, `BackendUnavailable` when
 no replica can take it (cold start failed, circuit open), `DeadlineExceeded` when the
 client's deadline passes before the upstream's first byte.
@@ -21,14 +26,20 @@ client's deadline passes before the upstream's first byte.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
 
 from backends.providers.replicas import Replica
 from gateway.errors import BackendUnavailable, Overloaded
 from gateway.metrics import Metrics
 from gateway.traffic.deadline import Deadline
+from gateway.traffic.engine_metrics import EngineSample
 from gateway.traffic.replica_set import ReplicaHandle, ReplicaSet
 from gateway.traffic.retry import RetryBudget, UpstreamRetryPolicy
 from gateway.traffic.scheduler import FairScheduler, Shed, Slot
@@ -47,11 +58,15 @@ class Admitted:
     max_output_tokens: int
 
 
+Scraper = Callable[[ReplicaHandle], Awaitable[EngineSample | None]]
+
+
 class Pool:
     """One backend: its ready replicas, its fair queue, its retry budget and policy.
 
-    The queue dispatches at most `per_replica` requests per ready replica at once; with
-    none ready (scaled to zero, starting) requests are held in it.
+    The queue dispatches at most the sum of the ready replicas' limits at once; with none
+    ready (scaled to zero, starting) requests are held in it. `engine_priority`: each
+    request's class rank goes to the engine as vLLM's `priority` field.
     """
 
     def __init__(
@@ -60,18 +75,21 @@ class Pool:
         replicas: ReplicaSet,
         scheduler: FairScheduler,
         budget: RetryBudget,
-        per_replica: int,
         metrics: Metrics,
         retry: UpstreamRetryPolicy | None = None,
+        *,
+        engine_priority: bool = False,
     ) -> None:
         self.name = name
         self.replicas = replicas
         self.scheduler = scheduler
         self.budget = budget
-        self.per_replica = per_replica
         self.metrics = metrics
         self.retry = retry or UpstreamRetryPolicy()
+        self.engine_priority = engine_priority
         self.manager: ColdStartManager | None = None
+        self._cold_start_s = 0.0
+        self._capacity = -1  # what the scheduler was last told
 
     def attach(self, manager: ColdStartManager) -> None:
         """Scales from zero: replicas come and go as `manager` starts and stops them."""
@@ -82,7 +100,91 @@ class Pool:
 
     def adopt(self, ready: list[Replica], cold_start_s: float = 0.0) -> None:
         self.replicas.update(ready)
-        self.scheduler.set_capacity(len(self.replicas) * self.per_replica, cold_start_s)
+        self._cold_start_s = cold_start_s
+        self._capacity = -1
+        self._resize()
+
+    @property
+    def capacity(self) -> int:
+        """Requests the queue dispatches at once: the sum of the replicas' limits."""
+        return max(0, self._capacity)
+
+    def demand(self) -> int:
+        """Requests queued here, in flight, and queued inside the engines: what the
+        autoscaler sizes the backend for."""
+        snap = self.scheduler.snapshot()
+        engine_waiting = sum(
+            h.capacity.sample.waiting or 0.0
+            for h in self.replicas.handles.values()
+            if h.capacity.sample is not None
+        )
+        return sum(snap.depth.values()) + snap.in_flight + round(engine_waiting)
+
+    def learned_per_replica(self) -> float | None:
+        """The ready replicas' mean learned limit (None: fixed limits, or none ready)."""
+        handles = self.replicas.handles.values()
+        if not handles or not all(h.capacity.adaptive for h in handles):
+            return None
+        return sum(h.capacity.limit for h in handles) / len(handles)
+
+    def desired_replicas(self) -> float:
+        """Replicas the current demand needs at the learned limit (the gauge KEDA reads):
+        demand / learned limit per replica; 0 without demand."""
+        demand = self.demand()
+        per_replica = self.learned_per_replica()
+        if demand == 0:
+            return 0.0
+        if per_replica is None:
+            return float(max(1, len(self.replicas)))
+        return demand / per_replica
+
+    def view(self) -> dict[str, Any]:
+        """The learned capacity, for /readyz and the admin API: the backend's limit and,
+        per replica, its limit, where it came from and what the engine reported."""
+        snap = self.scheduler.snapshot()
+        replicas = []
+        for handle in self.replicas.handles.values():
+            capacity = handle.capacity.snapshot()
+            latency = capacity.latency
+            replicas.append(
+                {
+                    "replica": handle.id,
+                    "url": handle.upstream.base_url,
+                    "in_flight": handle.in_flight,
+                    **{k: v for k, v in asdict(capacity).items() if k != "latency"},
+                    "latency": asdict(latency) if latency is not None else None,
+                }
+            )
+        return {
+            "backend": self.name,
+            "limit": self.capacity,
+            "in_flight": snap.in_flight,
+            "queued": sum(snap.depth.values()),
+            "desired_replicas": round(self.desired_replicas(), 3),
+            "replicas": replicas,
+        }
+
+    async def tune(self, scrape: Scraper) -> None:
+        """One control tick: read the engines' metrics, update every replica's limit,
+        resize the queue."""
+        handles = list(self.replicas.handles.values())
+        samples = await asyncio.gather(*(scrape(h) for h in handles))
+        now = time.monotonic()
+        for handle, sample in zip(handles, samples, strict=True):
+            handle.capacity.update(now, handle.in_flight, sample)
+        self._resize()
+
+    async def run_capacity(self, scrape: Scraper, interval_s: float) -> None:
+        """`tune` every `interval_s`, for as long as the gateway runs."""
+        while True:
+            await self.tune(scrape)
+            await anyio.sleep(interval_s)
+
+    def _resize(self) -> None:
+        total = sum(h.capacity.limit for h in self.replicas.handles.values())
+        if total != self._capacity:
+            self._capacity = total
+            self.scheduler.set_capacity(total, self._cold_start_s)
 
     @property
     def at_zero(self) -> bool:
@@ -95,7 +197,8 @@ class Pool:
         queued = time.perf_counter()
         slot = await self._take_slot(request, deadline)
         cold_wait_s = time.perf_counter() - queued if cold is not None else None
-        return Lease(self, slot, deadline, cold, cold_wait_s)
+        tokens = request.input_tokens + request.max_output_tokens
+        return Lease(self, slot, deadline, cold, cold_wait_s, tokens)
 
     def _activate(self) -> ColdStartHandle | None:
         if self.manager is None:
@@ -151,14 +254,17 @@ class Lease:
         deadline: Deadline,
         cold: ColdStartHandle | None,
         cold_wait_s: float | None,
+        tokens: int = 0,
     ) -> None:
         self.pool = pool
+        self.tokens = tokens  # expected KV tokens: prompt + max_tokens
         self.slot = slot
         self.deadline = deadline
         self.cold = cold
         self.cold_wait_s = cold_wait_s
         self.replica: ReplicaHandle | None = None
         self.sent_at: float | None = None  # perf_counter when `forward` began
+        self.streamed = False  # set by `forward`: a stream's sample is its first token
         self._released = False
 
     @property
@@ -172,6 +278,7 @@ class Lease:
         """The attempt about to be made goes to `replica` (replacing the last one's)."""
         self.leave_replica()
         replica.in_flight += 1
+        replica.capacity.sent(self.tokens)
         self.replica = replica
 
     def leave_replica(self) -> None:
@@ -194,9 +301,13 @@ class Lease:
         if self._released:
             return
         self._released = True
+        replica = self.replica
         self.leave_replica()
         if self.sent_at is None:
             self.slot.abandon()
             return
         self.slot.release(usage.prompt, usage.completion, sampled=completed)
-        self.pool.metrics.upstream_done(self.pool.name, time.perf_counter() - self.sent_at)
+        took_s = time.perf_counter() - self.sent_at
+        self.pool.metrics.upstream_done(self.pool.name, took_s)
+        if replica is not None and completed and not self.streamed and usage.completion > 0:
+            replica.capacity.observe("per_token", took_s / usage.completion, time.monotonic())

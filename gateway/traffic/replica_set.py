@@ -1,11 +1,12 @@
-"""A backend's ready replicas as the request path sees them: one pooled HTTP client and
-one circuit breaker each, and how many requests each is serving.
+"""A backend's ready replicas as the request path sees them: one pooled HTTP client, one
+circuit breaker and one learned capacity each, and how many requests each is serving.
 
 `ReplicaHandle.in_flight` is the one count of requests on a replica: replica choice picks
-the least busy by it, and the cold-start manager reads it (with `served`, through `load`)
-so that scale-down only ever stops an idle replica. A replica that leaves the ready set
-keeps its client until the requests reading from it are done; then the client is closed
-(in the lifespan's task group), not kept until shutdown.
+the one with the most headroom by it and its learned limit (gateway/traffic/capacity.py),
+the capacity controller reads it, and the cold-start manager reads it (with `served`,
+through `load`) so that scale-down only ever stops an idle replica. A replica that leaves
+the ready set keeps its client until the requests reading from it are done; then the
+client is closed (in the lifespan's task group), not kept until shutdown.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from anyio.abc import TaskGroup
 from backends.http import HttpUpstream
 from backends.providers.replicas import Replica
 from gateway.traffic.breaker import CircuitBreaker
+from gateway.traffic.capacity import ReplicaCapacity
 from warmpool.autoscale import ReplicaLoad
 
 
@@ -26,6 +28,8 @@ class ReplicaHandle:
     id: str
     upstream: HttpUpstream
     breaker: CircuitBreaker | None
+    capacity: ReplicaCapacity
+    metrics_url: str = ""  # the engine's /metrics, when its backend declares an engine
     in_flight: int = 0
     served: int = 0  # requests finished, ever: tells the autoscaler it was busy
     on_idle: Callable[[ReplicaHandle], None] | None = None  # set once it has retired
@@ -48,9 +52,13 @@ class ReplicaSet:
         make_upstream: Callable[[str], HttpUpstream],
         make_breaker: Callable[[], CircuitBreaker | None],
         tasks: TaskGroup,
+        make_capacity: Callable[[], ReplicaCapacity],
+        metrics_url: Callable[[str], str] = lambda base_url: "",
     ) -> None:
         self._make_upstream = make_upstream
         self._make_breaker = make_breaker
+        self._make_capacity = make_capacity
+        self._metrics_url = metrics_url
         self._tasks = tasks
         self.handles: dict[str, ReplicaHandle] = {}
         self._retired: set[ReplicaHandle] = set()
@@ -69,15 +77,24 @@ class ReplicaSet:
             if replica_id not in self.handles:
                 upstream = self._make_upstream(replica.base_url)
                 upstream.open()
-                self.handles[replica_id] = ReplicaHandle(replica_id, upstream, self._make_breaker())
+                self.handles[replica_id] = ReplicaHandle(
+                    replica_id,
+                    upstream,
+                    self._make_breaker(),
+                    self._make_capacity(),
+                    self._metrics_url(replica.base_url),
+                )
 
     def pick(self, tried: set[str]) -> ReplicaHandle | None:
-        """The least busy replica whose circuit is not open, preferring one not yet tried
-        (a retry goes to another replica when there is one)."""
+        """The replica with the most headroom (learned limit less in flight, engine queue
+        and KV pressure; of equals the least busy) whose circuit is not open, preferring
+        one not yet tried (a retry goes to another replica when there is one)."""
         usable = [h for h in self.handles.values() if not h.open]
         fresh = [h for h in usable if h.id not in tried]
         candidates = fresh or usable
-        return min(candidates, key=lambda h: h.in_flight) if candidates else None
+        if not candidates:
+            return None
+        return max(candidates, key=lambda h: (h.capacity.headroom(h.in_flight), -h.in_flight))
 
     def load(self) -> dict[str, ReplicaLoad]:
         """Per ready replica: requests in flight and finished (for the autoscaler)."""

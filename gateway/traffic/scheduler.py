@@ -239,6 +239,11 @@ class Slot:
         self.granted_at = granted_at
 
     @property
+    def rank(self) -> int:
+        """The request's class rank (0 is the highest)."""
+        return self._entry.rank
+
+    @property
     def waited_s(self) -> float:
         return self.granted_at - self._entry.enqueued_at
 

@@ -24,6 +24,7 @@ from backends.http import HttpTimeouts, HttpUpstream
 from backends.providers.replicas import Replica
 from gateway.errors import DeadlineExceeded
 from gateway.metrics import Metrics
+from gateway.traffic.capacity import fixed_capacity
 from gateway.traffic.deadline import Deadline
 from gateway.traffic.forward import forward
 from gateway.traffic.pool import Admitted, Pool
@@ -261,9 +262,9 @@ def one_replica_pool(base_url: str, tasks: TaskGroup) -> Pool:
     def upstream(url: str) -> HttpUpstream:
         return HttpUpstream(url, None, HttpTimeouts(1.0, 30.0, None), 4)
 
-    replicas = ReplicaSet(upstream, lambda: None, tasks)
+    replicas = ReplicaSet(upstream, lambda: None, tasks, lambda: fixed_capacity(4))
     scheduler = FairScheduler(0, 4, initial_service_s=0.01)  # dispatch until just before
-    pool = Pool("late", replicas, scheduler, RetryBudget(), 4, Metrics())
+    pool = Pool("late", replicas, scheduler, RetryBudget(), Metrics())
     pool.adopt([Replica("r1", base_url)])
     return pool
 

@@ -39,6 +39,12 @@ METRICS: dict[str, Metric] = {
     "gateway_breaker_open": _m("gauge", "backend"),
     "gateway_cold_starts_total": _m("counter", "model"),
     "gateway_cold_start_seconds": _m("histogram", "model", "phase"),
+    "gateway_backend_desired_replicas": _m("gauge", "backend"),
+    "gateway_replica_concurrency_limit": _m("gauge", "backend", "replica"),
+    "gateway_replica_in_flight": _m("gauge", "backend", "replica"),
+    "gateway_engine_requests_waiting": _m("gauge", "backend", "replica"),
+    "gateway_engine_requests_running": _m("gauge", "backend", "replica"),
+    "gateway_engine_kv_cache_usage": _m("gauge", "backend", "replica"),
 }
 
 # Labels that Prometheus adds to every series it scrapes.

@@ -303,6 +303,12 @@ def test_components_point_at_base_objects() -> None:
     target = find(docs, "Deployment", scaled["spec"]["scaleTargetRef"]["name"])
     assert target["spec"]["replicas"] == 0, "KEDA scales a worker, never the gateway"
     assert scaled["spec"]["minReplicaCount"] == 0
+    # It scales on the replicas the gateways' learned capacity says the demand needs.
+    (desired,) = [
+        t for t in scaled["spec"]["triggers"] if "desired_replicas" in t["metadata"]["query"]
+    ]
+    assert desired["metadata"]["query"].startswith("max(gateway_backend_desired_replicas{")
+    assert desired["metadata"]["threshold"] == "1"
     monitor = find(
         Kustomization(components / "monitoring").documents(), "ServiceMonitor", "gateway"
     )

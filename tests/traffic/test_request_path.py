@@ -16,6 +16,7 @@ import pytest
 
 from backends.http import HttpTimeouts, HttpUpstream
 from backends.providers.replicas import Replica
+from gateway.traffic.capacity import fixed_capacity
 from gateway.traffic.replica_set import ReplicaSet
 from tests.conftest import GatewayFactory, fake_backend, hash_of
 from tests.support.processes import start_fake_upstream
@@ -117,7 +118,7 @@ async def test_a_retired_replicas_client_is_closed_once_its_requests_are_done(
         return HttpUpstream(url, None, HttpTimeouts(1.0, 5.0, None), 4)
 
     async with anyio.create_task_group() as tasks:
-        replicas = ReplicaSet(client, lambda: None, tasks)
+        replicas = ReplicaSet(client, lambda: None, tasks, lambda: fixed_capacity(4))
         replicas.update([Replica("a", "http://127.0.0.1:9/v1"), Replica("b", "http://x/v1")])
         a, b = replicas.handles["a"], replicas.handles["b"]
         a.in_flight = 1  # a request is still reading from `a`

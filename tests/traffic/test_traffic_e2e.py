@@ -135,7 +135,7 @@ def test_flooding_tenant_does_not_delay_another_beyond_its_share(
         upstream,
         [tenant("a"), tenant("b")],
         {"url": "memory", "path": str(tmp_path / "s.json")},
-        backend={"max_concurrency": 2},
+        backend={"max_concurrency": 2, "concurrency": {"mode": "fixed"}},
     )
     gw = gateway_factory(cfg)
     slow = chat("slow", x_delay=0.2, max_tokens=10)
@@ -167,7 +167,7 @@ def test_interactive_overtakes_batch(
         upstream,
         [tenant("batch", priority="batch"), tenant("inter")],
         {"url": "memory", "path": str(tmp_path / "s.json")},
-        backend={"max_concurrency": 1},
+        backend={"max_concurrency": 1, "concurrency": {"mode": "fixed"}},
     )
     gw = gateway_factory(cfg)
     slow = chat("slow", x_delay=0.15, max_tokens=10)
@@ -196,7 +196,7 @@ def test_request_that_cannot_meet_its_deadline_is_refused_fast(
         upstream,
         [tenant("a")],
         {"url": "memory", "path": str(tmp_path / "s.json")},
-        backend={"max_concurrency": 1},
+        backend={"max_concurrency": 1, "concurrency": {"mode": "fixed"}},
     )
     gw = gateway_factory(cfg)
     slow = chat("slow", x_delay=0.5, max_tokens=10)
@@ -310,7 +310,7 @@ def test_client_that_leaves_while_queued_is_never_sent_upstream(
         upstream,
         [tenant("a")],
         {"url": "memory", "path": str(tmp_path / "s.json")},
-        backend={"max_concurrency": 1},
+        backend={"max_concurrency": 1, "concurrency": {"mode": "fixed"}},
     )
     gw = gateway_factory(cfg)
     slow = chat("slow", x_delay=1.0, max_tokens=10)

@@ -1,0 +1,240 @@
+"""Each replica's learned concurrency limit: how many requests to send it at once so that
+the engine is just saturated and the queue forms in the gateway, where fairness, priority
+classes and shedding act on it.
+
+A model engine (vLLM, SGLang, TGI) accepts everything and queues what it cannot run in its
+own first-come-first-served queue, blind to tenants and deadlines. Its capacity moves with
+prompt and output lengths, KV-cache pressure, model and GPU, so nobody can write it in a
+config. Two signals, both used when present:
+
+- **Engine metrics** (`EngineLimiter`), when the backend declares its `engine`: requests
+  waiting inside the engine, or KV usage at `kv_high`, mean the gateway sent more than
+  the engine runs. The limit then becomes the gateway's own share of what the engine runs:
+  `in_flight * running / (running + waiting)` (one gateway: what the engine runs; several
+  gateway replicas sharing an engine: each its share, so their sum does not overshoot).
+  While the engine runs everything it is sent and the limit binds, the limit grows: fast
+  (x1.5 per tick) until the first sign of saturation, then by 5% a tick, so it keeps
+  probing for room the engine gained (a faster step, a bigger KV budget).
+- **Latency** (`gateway.traffic.gradient.GradientLimiter`), for every engine: time to
+  first token of streams and latency per output token of whole answers against their
+  long-window baselines (Netflix Gradient2, Envoy adaptive concurrency).
+
+With both, the replica's limit is the lower of the two: the engine says when its queue
+forms; latency says when the batch has grown so large that answers slow down past the
+tolerance even without a queue. Except while the latency limiter measures its baseline at
+a pinned low limit: with the engine reporting its queue, that pin would only idle the
+batch. The limit is a whole number of requests, at least `min_limit`, at most the
+backend's `max_concurrency` (now a ceiling).
+
+LLM requests are not equal units. Where the engine reports its KV capacity in tokens
+(vLLM's `cache_config_info`), slow start ends at the number of requests of the recent mean
+expected size (prompt + `max_tokens`) that fit in it: past that point growth is careful
+(5% a tick), since each step up may be the one that fills the cache. Not a cap: answers
+often end well before `max_tokens`, and the engine's waiting and KV usage say when it is
+really full.
+
+`mode: fixed` keeps the old behaviour: the limit is `max_concurrency`, nothing learned.
+Everything here is pure (no clock, no I/O); `gateway.traffic.pool` drives it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.traffic.engine_metrics import Engine, EngineSample
+from gateway.traffic.gradient import GradientLimiter, GradientSnapshot, LatencyKind
+
+CapacityMode = Literal["adaptive", "fixed"]
+
+SLOW_START_GROWTH = 1.5  # per tick, until the engine first shows saturation
+PROBE_GROWTH = 0.05  # per tick afterwards: 20 to 40 in about 14 ticks (3.5 s at 0.25 s)
+QUEUED_TICKS = 2  # waiting seen on this many ticks in a row: a request just arrived
+# between two engine steps shows as waiting for one step, which is not saturation
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityConfig:
+    mode: CapacityMode = "adaptive"
+    ceiling: int = 256  # the backend's max_concurrency
+    initial: int = 8
+    min_limit: int = 1
+    engine: Engine = "none"
+    kv_high: float = 0.95  # KV usage at which the engine is full (it starts preempting)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_limit <= self.ceiling:
+            raise ValueError("need 1 <= min_limit <= ceiling")
+        if not 0 < self.kv_high <= 1:
+            raise ValueError("kv_high must be in (0, 1]")
+
+
+class EngineLimiter:
+    """The limit from what the engine reports it runs and queues."""
+
+    def __init__(self, initial: float, min_limit: float, max_limit: float, kv_high: float) -> None:
+        self.limit = initial
+        self._min = min_limit
+        self._max = max_limit
+        self._kv_high = kv_high
+        self._queued_ticks = 0
+        self.saturated_once = False
+
+    def update(self, sample: EngineSample, in_flight: int, expected_tokens: float) -> float | None:
+        """The new limit, or None when the sample says nothing of running or waiting."""
+        if sample.running is None and sample.waiting is None:
+            return None
+        running = sample.running or 0.0
+        waiting = sample.waiting or 0.0
+        kv_full = sample.kv_usage is not None and sample.kv_usage >= self._kv_high
+        self._queued_ticks = self._queued_ticks + 1 if waiting > 0 else 0
+        if self._queued_ticks >= QUEUED_TICKS or (waiting > 0 and kv_full):
+            self.saturated_once = True
+            share = in_flight * running / (running + waiting)
+            self.limit = self._clamp(min(self.limit, share))
+        elif kv_full:
+            self.saturated_once = True  # full, not yet queueing: hold
+        elif waiting > 0:
+            pass  # queued on one tick only: hold, and see on the next
+        elif in_flight >= math.floor(self.limit):
+            growth = self.limit * self._growth(sample, expected_tokens)
+            self.limit = self._clamp(self.limit + max(1.0, growth))
+        return self.limit
+
+    def _growth(self, sample: EngineSample, expected_tokens: float) -> float:
+        """Slow start (x1.5 a tick) until the engine first saturates or the limit reaches
+        what surely fits in its KV cache; 5% a tick after."""
+        if self.saturated_once:
+            return PROBE_GROWTH
+        kv_tokens = sample.kv_capacity_tokens
+        if (
+            kv_tokens is not None
+            and expected_tokens > 0
+            and self.limit >= kv_tokens / expected_tokens
+        ):
+            return PROBE_GROWTH
+        return SLOW_START_GROWTH - 1
+
+    def _clamp(self, limit: float) -> float:
+        return min(self._max, max(self._min, limit))
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySnapshot:
+    """One replica's learned capacity, for metrics, /readyz and the admin API."""
+
+    mode: CapacityMode
+    limit: int
+    source: str  # "fixed", "engine", "latency", "engine+latency"
+    engine_limit: float | None
+    latency_limit: float | None
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    kv_capacity_tokens: int | None
+    latency: GradientSnapshot | None
+
+
+class ReplicaCapacity:
+    """One replica's limit, from its engine's metrics and the latencies it answers with."""
+
+    def __init__(self, config: CapacityConfig, gradient: GradientLimiter | None = None) -> None:
+        self.config = config
+        fixed = config.mode == "fixed"
+        self.limit = (
+            config.ceiling if fixed else max(config.min_limit, min(config.initial, config.ceiling))
+        )
+        self._gradient = None if fixed else gradient
+        self._engine: EngineLimiter | None = None
+        if not fixed and config.engine != "none":
+            self._engine = EngineLimiter(
+                self.limit, config.min_limit, config.ceiling, config.kv_high
+            )
+        self.sample: EngineSample | None = None
+        self._engine_limit: float | None = None
+        self._expected_tokens = 0.0  # mean prompt + max_tokens of recent requests
+
+    @property
+    def adaptive(self) -> bool:
+        return self.config.mode == "adaptive"
+
+    @property
+    def scrapes(self) -> bool:
+        return self._engine is not None
+
+    def observe(self, kind: LatencyKind, seconds: float, now: float) -> None:
+        """A latency sample from an answer this replica gave."""
+        if self._gradient is not None:
+            self._gradient.observe(kind, seconds, now)
+
+    def sent(self, expected_tokens: int) -> None:
+        """A request of this many expected KV tokens (prompt + max_tokens) went out."""
+        self._expected_tokens += 0.05 * (expected_tokens - self._expected_tokens)
+
+    def update(self, now: float, in_flight: int, sample: EngineSample | None) -> int:
+        """One control tick: the new limit from the latest engine sample (None: none
+        read, or the engine has no metrics) and the latency samples since the last."""
+        if not self.adaptive:
+            return self.limit
+        self.sample = sample
+        candidates: list[float] = []
+        if self._engine is not None and sample is not None:
+            self._engine_limit = self._engine.update(sample, in_flight, self._expected_tokens)
+            if self._engine_limit is not None:
+                candidates.append(self._engine_limit)
+        else:
+            self._engine_limit = None  # no metrics this tick: latency alone
+        if self._gradient is not None:
+            latency_limit = self._gradient.update(now, in_flight)
+            # While it measures its baseline the gradient limiter pins the limit low: with
+            # the engine's word on its queue, that pin would only idle the batch.
+            if not candidates or self._gradient.snapshot().phase == "probing":
+                candidates.append(latency_limit)
+        if candidates:
+            self.limit = max(
+                self.config.min_limit, min(self.config.ceiling, math.floor(min(candidates)))
+            )
+        return self.limit
+
+    def headroom(self, in_flight: int) -> float:
+        """How much more this replica can take: its limit less what is on it and what its
+        engine queues, less a share for KV pressure (replica choice takes the most)."""
+        room = float(self.limit - in_flight)
+        sample = self.sample
+        if sample is not None:
+            room -= sample.waiting or 0.0
+            if sample.kv_usage is not None:
+                room -= self.limit * max(0.0, sample.kv_usage - 0.5)
+        return room
+
+    def snapshot(self) -> CapacitySnapshot:
+        sample = self.sample
+        gradient = self._gradient
+        return CapacitySnapshot(
+            mode=self.config.mode,
+            limit=self.limit,
+            source=self._source(),
+            engine_limit=self._engine_limit,
+            latency_limit=gradient.limit if gradient is not None else None,
+            running=sample.running if sample else None,
+            waiting=sample.waiting if sample else None,
+            kv_usage=sample.kv_usage if sample else None,
+            kv_capacity_tokens=sample.kv_capacity_tokens if sample else None,
+            latency=gradient.snapshot() if gradient is not None else None,
+        )
+
+    def _source(self) -> str:
+        if not self.adaptive:
+            return "fixed"
+        parts = []
+        if self._engine_limit is not None:
+            parts.append("engine")
+        if self._gradient is not None:
+            parts.append("latency")
+        return "+".join(parts) or "initial"
+
+
+def fixed_capacity(limit: int) -> ReplicaCapacity:
+    """A replica sent exactly `limit` requests at once (`mode: fixed`)."""
+    return ReplicaCapacity(CapacityConfig("fixed", ceiling=limit))

@@ -1,0 +1,120 @@
+"""The learned per-replica limit (gateway/traffic/capacity.py): the engine-metrics rule, its
+combination with the latency limiter, and replica choice by headroom."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.traffic.capacity import (
+    QUEUED_TICKS,
+    CapacityConfig,
+    EngineLimiter,
+    ReplicaCapacity,
+    fixed_capacity,
+)
+from gateway.traffic.engine_metrics import EngineSample
+from gateway.traffic.gradient import GradientLimiter
+
+
+def engine(initial: float = 8, ceiling: float = 256) -> EngineLimiter:
+    return EngineLimiter(initial, 1, ceiling, kv_high=0.95)
+
+
+def test_the_limit_grows_fast_while_the_engine_runs_everything_it_is_sent() -> None:
+    limiter = engine()
+    limits = []
+    for _ in range(6):
+        limit = limiter.update(
+            EngineSample(running=limiter.limit, waiting=0), int(limiter.limit), 0
+        )
+        assert limit is not None
+        limits.append(limit)
+    assert limits == sorted(limits) and limits[-1] > 60  # x1.5 a tick from 8
+
+
+def test_an_idle_replica_does_not_grow_its_limit() -> None:
+    limiter = engine()
+    for _ in range(20):
+        limiter.update(EngineSample(running=2, waiting=0, kv_usage=0.1), 2, 0)
+    assert limiter.limit == 8
+
+
+def test_a_queue_inside_the_engine_brings_the_limit_to_what_it_runs() -> None:
+    limiter = engine(initial=100)
+    # one tick of waiting is a request that arrived between two steps: no change
+    assert limiter.update(EngineSample(running=40, waiting=60), 100, 0) == 100
+    assert limiter.update(EngineSample(running=40, waiting=60), 100, 0) == pytest.approx(40)
+    # then it probes upward slowly (5% a tick), not at the slow-start pace
+    assert limiter.update(EngineSample(running=40, waiting=0), 40, 0) == pytest.approx(42)
+
+
+def test_several_gateways_sharing_an_engine_each_take_their_share() -> None:
+    """Waiting counts every gateway's requests: each shrinks to its own share of what the
+    engine runs, so the sum of their limits is what it runs, not a multiple of it."""
+    limiters = [engine(initial=60), engine(initial=60)]
+    sample = EngineSample(running=60, waiting=60)  # 120 sent by two gateways, 60 each
+    for _ in range(QUEUED_TICKS):
+        limits = [lim.update(sample, 60, 0) for lim in limiters]
+    assert sum(limit or 0 for limit in limits) == pytest.approx(60)
+
+
+def test_a_full_kv_cache_holds_the_limit_and_with_a_queue_cuts_it_at_once() -> None:
+    limiter = engine(initial=50)
+    assert limiter.update(EngineSample(running=50, waiting=0, kv_usage=0.97), 50, 0) == 50
+    cut = limiter.update(EngineSample(running=30, waiting=20, kv_usage=0.99), 50, 0)
+    assert cut == pytest.approx(30)
+
+
+def test_unknown_metrics_leave_the_decision_to_latency() -> None:
+    assert engine().update(EngineSample(kv_usage=0.5), 8, 0) is None
+
+
+def test_slow_start_ends_where_the_mean_request_surely_fits_in_the_kv_cache() -> None:
+    """20,000 tokens of KV and requests of 500 expected tokens: 40 fit. Growth is x1.5 a
+    tick below that, 5% above."""
+    limiter = engine(initial=30)
+    sample = EngineSample(running=30, waiting=0, kv_capacity_tokens=20_000)
+    assert limiter.update(sample, 30, 500) == pytest.approx(45)
+    assert limiter.update(sample, 45, 500) == pytest.approx(45 * 1.05)
+
+
+def test_limits_stay_within_min_and_ceiling() -> None:
+    limiter = EngineLimiter(8, 2, 10, kv_high=0.95)
+    for _ in range(10):
+        limiter.update(EngineSample(running=10, waiting=0), 10, 0)
+    assert limiter.limit == 10
+    for _ in range(QUEUED_TICKS):
+        limiter.update(EngineSample(running=0, waiting=5), 10, 0)
+    assert limiter.limit == 2
+
+
+def capacity(engine_name: str = "vllm", initial: int = 8) -> ReplicaCapacity:
+    config = CapacityConfig("adaptive", 256, initial, 1, "vllm" if engine_name else "none")
+    return ReplicaCapacity(config, GradientLimiter(initial, min_limit=1, max_limit=256))
+
+
+def test_with_both_signals_the_lower_limit_wins() -> None:
+    replica = capacity(initial=40)
+    now = 0.0
+    for _ in range(QUEUED_TICKS):
+        now += 0.25
+        replica.update(now, 40, EngineSample(running=20, waiting=20))
+    assert replica.limit == 20
+    assert replica.snapshot().source == "engine+latency"
+
+
+def test_a_fixed_replica_never_moves() -> None:
+    replica = fixed_capacity(4)
+    replica.observe("ttft", 100.0, 0.0)
+    assert replica.update(1.0, 4, EngineSample(running=1, waiting=9)) == 4
+    assert replica.snapshot().source == "fixed"
+
+
+def test_headroom_counts_the_engine_queue_and_kv_pressure() -> None:
+    idle, queued = capacity(initial=10), capacity(initial=10)
+    idle.update(0.25, 0, EngineSample(running=2, waiting=0, kv_usage=0.2))
+    queued.update(0.25, 0, EngineSample(running=2, waiting=3, kv_usage=0.2))
+    assert idle.headroom(2) > queued.headroom(2)
+    full = capacity(initial=10)
+    full.update(0.25, 0, EngineSample(running=2, waiting=0, kv_usage=0.9))
+    assert idle.headroom(2) > full.headroom(2)

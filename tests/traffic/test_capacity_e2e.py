@@ -1,0 +1,194 @@
+"""Learned capacity through real processes: a gateway in front of the fake continuous-batching
+engine (bench/fake_engine.py, a fake of vLLM's documented behaviour) learns how many requests
+the engine runs, keeps its queue at the gateway, and forwards priority to the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import GatewayFactory, hash_of
+from tests.support.processes import ServerProcess, free_port
+
+KEY = "sk-test-capacity-0123456789"
+BATCH_KEY = "sk-test-capacity-batch-0123"
+MODEL = "llama"
+SEQS = 4  # the engine runs at most this many at once
+
+
+def start_engine(work_dir: Path, *flags: str) -> tuple[ServerProcess, str]:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "bench.fake_engine",
+        "--port",
+        str(port),
+        "--model",
+        MODEL,
+        "--max-num-seqs",
+        str(SEQS),
+        "--step-a-ms",
+        "5",
+        "--step-b-ms",
+        "0",
+        *flags,
+    ]
+    log = work_dir / f"engine-{port}.log"
+    server = ServerProcess(command, f"http://127.0.0.1:{port}/health", log).start()
+    return server, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[str]:
+    server, url = start_engine(tmp_path, "--scheduling-policy", "priority")
+    yield url
+    server.stop()
+
+
+def config(engine_url: str, **backend: Any) -> dict[str, Any]:
+    return {
+        "state": {"url": "memory"},
+        "cache": {"enabled": False},
+        "backends": [
+            {
+                "name": "gpu",
+                "base_url": engine_url + "/v1",
+                "models": [MODEL],
+                "engine": "vllm",
+                "concurrency": {"interval_s": 0.1},
+                **backend,
+            }
+        ],
+        "tenants": [
+            {"name": "web", "keys": [{"sha256": hash_of(KEY)}]},
+            {"name": "jobs", "priority": "batch", "keys": [{"sha256": hash_of(BATCH_KEY)}]},
+        ],
+    }
+
+
+def chat(tokens: int = 40) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens}
+
+
+async def closed_loop(url: str, key: str, clients: int, seconds: float) -> list[int]:
+    """`clients` callers, each sending the next request when its last is answered."""
+    statuses: list[int] = []
+    stop = time.monotonic() + seconds
+    headers = {"Authorization": f"Bearer {key}"}
+
+    async def caller(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop:
+            answer = await client.post(url + "/v1/chat/completions", json=chat(), headers=headers)
+            statuses.append(answer.status_code)
+
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=64)) as client:
+        await asyncio.gather(*(caller(client) for _ in range(clients)))
+    return statuses
+
+
+def capacity_of(gateway_url: str) -> dict[str, Any]:
+    return dict(httpx.get(gateway_url + "/readyz", timeout=5).json()["capacity"]["gpu"])
+
+
+async def sample_while(
+    gateway_url: str, engine_url: str, task: asyncio.Task[Any]
+) -> list[dict[str, Any]]:
+    samples = []
+    async with httpx.AsyncClient(timeout=5) as client:
+        while not task.done():
+            ready = (await client.get(gateway_url + "/readyz")).json()["capacity"]["gpu"]
+            stats = (await client.get(engine_url + "/_stats")).json()
+            samples.append({"limit": ready["limit"], "queued": ready["queued"], **stats})
+            await asyncio.sleep(0.1)
+    return samples
+
+
+async def run_and_sample(
+    gateway_url: str, engine_url: str, key: str, clients: int, seconds: float
+) -> tuple[list[int], list[dict[str, Any]]]:
+    load = asyncio.create_task(closed_loop(gateway_url, key, clients, seconds))
+    samples = await sample_while(gateway_url, engine_url, load)
+    return await load, samples
+
+
+def test_the_gateway_learns_what_the_engine_runs_and_queues_the_rest_itself(
+    gateway_factory: GatewayFactory, engine: str
+) -> None:
+    """24 callers in front of an engine that runs 4 at once, with no capacity configured:
+    the learned limit settles at 4, the queue is the gateway's (fair, classed, shed), and the
+    engine's own queue stays empty once the limit is learned."""
+    gw = gateway_factory(config(engine))
+    statuses, samples = asyncio.run(run_and_sample(gw.url, engine, KEY, 24, 4.0))
+    assert set(statuses) == {200}
+    late = samples[len(samples) // 2 :]
+    # at the engine's 4, and one above it now and then: the probe for room it may have gained
+    limits = [s["limit"] for s in late]
+    assert all(SEQS - 1 <= limit <= SEQS + 1 for limit in limits), str(
+        [s["limit"] for s in samples]
+    )
+    assert max(s["waiting"] for s in late) <= 1
+    queued = sorted(s["queued"] for s in late)
+    assert queued[len(queued) // 2] >= 10  # the other callers wait at the gateway
+    view = capacity_of(gw.url)["replicas"][0]
+    assert view["source"] == "engine+latency" and view["running"] is not None
+
+
+def test_without_engine_metrics_latency_bounds_the_limit(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    """The same engine with its /metrics off: the gradient limiter alone keeps the limit
+    far below the ceiling (256) and the engine's queue short."""
+    server, url = start_engine(tmp_path, "--no-metrics")
+    try:
+        gw = gateway_factory(config(url, engine="none"))
+        statuses, samples = asyncio.run(run_and_sample(gw.url, url, KEY, 24, 6.0))
+    finally:
+        server.stop()
+    assert set(statuses) == {200}
+    late = samples[len(samples) // 2 :]
+    assert max(s["limit"] for s in late) <= 3 * SEQS, [s["limit"] for s in samples]
+    assert capacity_of(gw.url)["replicas"][0]["source"] == "latency"
+
+
+def test_priority_reaches_the_engine(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    """With priority_scheduling the class rank goes to vLLM as `priority`, replacing the
+    client's own. An engine left on FCFS rejects a non-zero priority with 400 (as vLLM
+    does), which shows what arrived: 0 for the interactive tenant, 1 for the batch one."""
+    server, url = start_engine(tmp_path)  # FCFS
+    try:
+        gw = gateway_factory(config(url, priority_scheduling=True))
+        statuses = {}
+        for key in (KEY, BATCH_KEY):
+            answer = httpx.post(
+                gw.base_url + "/chat/completions",
+                json={**chat(4), "priority": 7},
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=10,
+            )
+            statuses[key] = answer.status_code
+    finally:
+        server.stop()
+    assert statuses == {KEY: 200, BATCH_KEY: 400}
+
+
+def test_the_learned_limit_and_engine_gauges_are_exported(
+    gateway_factory: GatewayFactory, engine: str
+) -> None:
+    gw = gateway_factory(config(engine))
+    asyncio.run(closed_loop(gw.url, KEY, 8, 1.0))
+    text = httpx.get(gw.url + "/metrics", timeout=5).text
+    for name in (
+        "gateway_replica_concurrency_limit",
+        "gateway_engine_requests_running",
+        "gateway_engine_kv_cache_usage",
+        "gateway_backend_desired_replicas",
+    ):
+        assert f'{name}{{backend="gpu"' in text, name
