@@ -84,6 +84,7 @@ _OUTPUTS: list[type[BaseModel]] = [
     m.TenantUsage,
     m.CacheFlushed,
     m.Report,
+    m.BackendList,
     m.ErrorBody,
 ]
 
@@ -257,6 +258,12 @@ def _admin_paths() -> dict[str, Any]:
             "post": _admin_op(
                 "Drop a tenant's (or its cache group's) cache entries", m.CacheFlushed
             ),
+        },
+        "/admin/backends": {
+            "get": _admin_op(
+                "Each backend's learned capacity: limits, engine metrics, desired replicas",
+                m.BackendList,
+            )
         },
         "/admin/reports/cache": {"get": _report_op("Cache report: hit rates, savings, latency")},
         "/admin/reports/cold-start": {

@@ -177,6 +177,10 @@ def _reports_count(admin: httpx.Client, tenant: str) -> None:
         time.sleep(0.1)
     assert admin.get("/admin/reports/cold-start").json()["kind"] == "cold_start"
     assert admin.get("/admin/reports/cache", params={"since": "soon"}).status_code == 400
+    (backend,) = admin.get("/admin/backends").json()["data"]  # its learned capacity
+    (replica,) = backend["replicas"]
+    assert replica["mode"] == "adaptive" and replica["source"] == "latency"
+    assert backend["limit"] == replica["limit"] >= 1
 
 
 def test_memory_store_tenants_persist_override_and_delete(
