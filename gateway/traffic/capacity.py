@@ -13,8 +13,8 @@ config. Two signals, both used when present:
   `in_flight * running / (running + waiting)` (one gateway: what the engine runs; several
   gateway replicas sharing an engine: each its share, so their sum does not overshoot).
   While the engine runs everything it is sent and the limit binds, the limit grows: fast
-  (x1.5 per tick) until the first sign of saturation, then by 5% a tick, so it keeps
-  probing for room the engine gained (a faster step, a bigger KV budget).
+  (x1.5 per tick) until the first sign of saturation, then by sqrt(limit) a tick, so it
+  keeps probing for room the engine gained (a faster step, a bigger KV budget).
 - **Latency** (`gateway.traffic.gradient.GradientLimiter`), for every engine: time to
   first token of streams and latency per output token of whole answers against their
   long-window baselines (Netflix Gradient2, Envoy adaptive concurrency).
@@ -29,7 +29,7 @@ backend's `max_concurrency` (now a ceiling).
 LLM requests are not equal units. Where the engine reports its KV capacity in tokens
 (vLLM's `cache_config_info`), slow start ends at the number of requests of the recent mean
 expected size (prompt + `max_tokens`) that fit in it: past that point growth is careful
-(5% a tick), since each step up may be the one that fills the cache. Not a cap: answers
+(sqrt(limit) a tick), since each step up may be the one that fills the cache. Not a cap: answers
 often end well before `max_tokens`, and the engine's waiting and KV usage say when it is
 really full.
 
@@ -49,7 +49,11 @@ from gateway.traffic.gradient import GradientLimiter, GradientSnapshot, LatencyK
 CapacityMode = Literal["adaptive", "fixed"]
 
 SLOW_START_GROWTH = 1.5  # per tick, until the engine first shows saturation
-PROBE_GROWTH = 0.05  # per tick afterwards: 20 to 40 in about 14 ticks (3.5 s at 0.25 s)
+# Afterwards sqrt(limit) a tick, the queue-size headroom of Gradient2 and Envoy: 17 to 34 in
+# 4 ticks (1 s at 0.25 s). A probe past the engine's room leaves about sqrt(limit) requests
+# waiting inside it for two ticks before the cut; 5% a tick (tried first) made a gateway
+# that had seen one saturation take most of a phase to follow the load back up
+# (bench/capacity.py: load-1 throughput 0.57 of the bare engine's).
 QUEUED_TICKS = 2  # waiting seen on this many ticks in a row: a request just arrived
 # between two engine steps shows as waiting for one step, which is not saturation
 
@@ -98,23 +102,23 @@ class EngineLimiter:
         elif waiting > 0:
             pass  # queued on one tick only: hold, and see on the next
         elif in_flight >= math.floor(self.limit):
-            growth = self.limit * self._growth(sample, expected_tokens)
-            self.limit = self._clamp(self.limit + max(1.0, growth))
+            self.limit = self._clamp(self.limit + max(1.0, self._growth(sample, expected_tokens)))
         return self.limit
 
     def _growth(self, sample: EngineSample, expected_tokens: float) -> float:
         """Slow start (x1.5 a tick) until the engine first saturates or the limit reaches
-        what surely fits in its KV cache; 5% a tick after."""
+        what surely fits in its KV cache; sqrt(limit) a tick after."""
+        probe = math.sqrt(self.limit)
         if self.saturated_once:
-            return PROBE_GROWTH
+            return probe
         kv_tokens = sample.kv_capacity_tokens
         if (
             kv_tokens is not None
             and expected_tokens > 0
             and self.limit >= kv_tokens / expected_tokens
         ):
-            return PROBE_GROWTH
-        return SLOW_START_GROWTH - 1
+            return probe
+        return self.limit * (SLOW_START_GROWTH - 1)
 
     def _clamp(self, limit: float) -> float:
         return min(self._max, max(self._min, limit))

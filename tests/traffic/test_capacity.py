@@ -44,8 +44,8 @@ def test_a_queue_inside_the_engine_brings_the_limit_to_what_it_runs() -> None:
     # one tick of waiting is a request that arrived between two steps: no change
     assert limiter.update(EngineSample(running=40, waiting=60), 100, 0) == 100
     assert limiter.update(EngineSample(running=40, waiting=60), 100, 0) == pytest.approx(40)
-    # then it probes upward slowly (5% a tick), not at the slow-start pace
-    assert limiter.update(EngineSample(running=40, waiting=0), 40, 0) == pytest.approx(42)
+    # then it probes upward by sqrt(limit) a tick, not at the slow-start pace
+    assert limiter.update(EngineSample(running=40, waiting=0), 40, 0) == pytest.approx(40 + 40**0.5)
 
 
 def test_several_gateways_sharing_an_engine_each_take_their_share() -> None:
@@ -71,11 +71,11 @@ def test_unknown_metrics_leave_the_decision_to_latency() -> None:
 
 def test_slow_start_ends_where_the_mean_request_surely_fits_in_the_kv_cache() -> None:
     """20,000 tokens of KV and requests of 500 expected tokens: 40 fit. Growth is x1.5 a
-    tick below that, 5% above."""
+    tick below that, sqrt(limit) above."""
     limiter = engine(initial=30)
     sample = EngineSample(running=30, waiting=0, kv_capacity_tokens=20_000)
     assert limiter.update(sample, 30, 500) == pytest.approx(45)
-    assert limiter.update(sample, 45, 500) == pytest.approx(45 * 1.05)
+    assert limiter.update(sample, 45, 500) == pytest.approx(45 + 45**0.5)
 
 
 def test_limits_stay_within_min_and_ceiling() -> None:

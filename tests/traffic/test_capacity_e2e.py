@@ -123,18 +123,18 @@ def test_the_gateway_learns_what_the_engine_runs_and_queues_the_rest_itself(
     gateway_factory: GatewayFactory, engine: str
 ) -> None:
     """24 callers in front of an engine that runs 4 at once, with no capacity configured:
-    the learned limit settles at 4, the queue is the gateway's (fair, classed, shed), and the
-    engine's own queue stays empty once the limit is learned."""
+    the learned limit settles at 4 (probing 6), the queue is the gateway's (fair, classed,
+    shed), and the engine's own queue stays short once the limit is learned."""
     gw = gateway_factory(config(engine))
     statuses, samples = asyncio.run(run_and_sample(gw.url, engine, KEY, 24, 4.0))
     assert set(statuses) == {200}
     late = samples[len(samples) // 2 :]
     # at the engine's 4, and one above it now and then: the probe for room it may have gained
     limits = [s["limit"] for s in late]
-    assert all(SEQS - 1 <= limit <= SEQS + 1 for limit in limits), str(
+    assert all(SEQS - 1 <= limit <= SEQS + 2 for limit in limits), str(
         [s["limit"] for s in samples]
     )
-    assert max(s["waiting"] for s in late) <= 1
+    assert max(s["waiting"] for s in late) <= 2  # a probe's excess, until the next cut
     queued = sorted(s["queued"] for s in late)
     assert queued[len(queued) // 2] >= 10  # the other callers wait at the gateway
     view = capacity_of(gw.url)["replicas"][0]
