@@ -27,6 +27,7 @@ client's deadline passes before the upstream's first byte.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,8 @@ from gateway.traffic.retry import RetryBudget, UpstreamRetryPolicy
 from gateway.traffic.scheduler import FairScheduler, Shed, Slot
 from gateway.usage import TokenUsage
 from warmpool.manager import ColdStartFailed, ColdStartHandle, ColdStartManager
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -175,9 +178,13 @@ class Pool:
         self._resize()
 
     async def run_capacity(self, scrape: Scraper, interval_s: float) -> None:
-        """`tune` every `interval_s`, for as long as the gateway runs."""
+        """`tune` every `interval_s`, for as long as the gateway runs. A tick that fails
+        is logged and skipped: the limits stay as they were, and the gateway serves on."""
         while True:
-            await self.tune(scrape)
+            try:
+                await self.tune(scrape)
+            except Exception:
+                _log.exception("capacity tick of backend %r failed", self.name)
             await anyio.sleep(interval_s)
 
     def _resize(self) -> None:
