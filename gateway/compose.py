@@ -242,6 +242,7 @@ def _capacity(backend: Backend) -> ReplicaCapacity:
     gradient = GradientLimiter(
         min(c.initial, backend.max_concurrency),
         min_limit=c.min,
+        min_pin=max(c.min, min(c.initial, backend.max_concurrency) / 2),
         max_limit=backend.max_concurrency,
         ttft_tolerance=c.latency_tolerance,
     )

@@ -21,10 +21,13 @@ config. Two signals, both used when present:
 
 With both, the replica's limit is the lower of the two: the engine says when its queue
 forms; latency says when the batch has grown so large that answers slow down past the
-tolerance even without a queue. Except while the latency limiter measures its baseline at
-a pinned low limit: with the engine reporting its queue, that pin would only idle the
-batch. The limit is a whole number of requests, at least `min_limit`, at most the
-backend's `max_concurrency` (now a ceiling).
+tolerance even without a queue (an engine shows a queue only at `max_num_seqs` or a full
+KV cache, while prefill steps can double time to first token long before: measured in
+bench/capacity.py, the engine limit alone grew to 183 where 17 kept TTFT within 2x). The
+latency limiter's baseline measurements pin the limit at half of it, never below half the
+`initial` limit (`min_pin`), for a few seconds at start and then rarely. The limit is a
+whole number of requests, at least `min_limit`, at most the backend's `max_concurrency`
+(now a ceiling).
 
 LLM requests are not equal units. Where the engine reports its KV capacity in tokens
 (vLLM's `cache_config_info`), slow start ends at the number of requests of the recent mean
@@ -190,11 +193,7 @@ class ReplicaCapacity:
         else:
             self._engine_limit = None  # no metrics this tick: latency alone
         if self._gradient is not None:
-            latency_limit = self._gradient.update(now, in_flight)
-            # While it measures its baseline the gradient limiter pins the limit low: with
-            # the engine's word on its queue, that pin would only idle the batch.
-            if not candidates or self._gradient.snapshot().phase == "probing":
-                candidates.append(latency_limit)
+            candidates.append(self._gradient.update(now, in_flight))
         if candidates:
             self.limit = max(
                 self.config.min_limit, min(self.config.ceiling, math.floor(min(candidates)))

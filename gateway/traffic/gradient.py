@@ -232,6 +232,11 @@ class GradientLimiter:
 
     Tunables, with their defaults:
     - `min_limit` 1, `max_limit` 256: the bounds, the pin of a measurement included.
+    - `min_pin` (default `min_limit`): no measurement pins lower. The gateway passes half
+      its starting limit: TTFT below it is too noisy to read a knee from (a short prompt
+      sharing a step with a long prefill takes twice as long, which the halving took for a
+      queue, and from a start at 8 it halved down to 1 and kept the limit at 2 under half
+      load: bench/capacity.py, 39% refused at load 0.5).
     - `ttft_tolerance` 2.0, `per_token_tolerance` 1.25: latency up to this multiple of the
       baseline counts as no queue (Envoy's buffer; see the module docstring).
     - `smoothing` 0.2: the share of the way to the target taken per update (Gradient2).
@@ -254,6 +259,7 @@ class GradientLimiter:
         initial_limit: float,
         *,
         min_limit: float = 1.0,
+        min_pin: float | None = None,
         max_limit: float = 256.0,
         ttft_tolerance: float = 2.0,
         per_token_tolerance: float = 1.25,
@@ -278,6 +284,7 @@ class GradientLimiter:
         if window_s <= 0 or probe_max_s <= 0 or probe_interval_s <= 0 or probe_samples < 1:
             raise ValueError("windows, intervals and probe_samples must be positive")
         self._min, self._max = min_limit, max_limit
+        self._min_pin = max(min_limit, min_pin if min_pin is not None else min_limit)
         self._ttft_tolerance, self._per_token_tolerance = ttft_tolerance, per_token_tolerance
         self._smoothing = smoothing
         self._binding_fraction, self._window_s = binding_fraction, window_s
@@ -371,7 +378,7 @@ class GradientLimiter:
         return self._ttft_tolerance
 
     def _pin(self, limit: float) -> float:
-        pin = max(math.ceil(self._min), math.floor(self._probe_fraction * limit))
+        pin = max(math.ceil(self._min_pin), math.floor(self._probe_fraction * limit))
         return min(float(pin), limit)
 
     def _measure(self, now: float | None, pin: float) -> None:

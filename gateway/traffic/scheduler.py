@@ -332,6 +332,7 @@ class FairScheduler:
         self._queue = FairQueue()
         self._waiters: dict[Entry, _Waiter] = {}
         self._service = ServiceTimeEstimator(initial_service_s)
+        self._class_service: dict[int, ServiceTimeEstimator] = {}  # by class rank
         self._in_flight = 0
         self._dispatched = dict.fromkeys(self._ranks, 0)
         self._load = ClassLoad()
@@ -433,8 +434,13 @@ class FairScheduler:
     def _wait(self, ahead: int, rank: int, now: float) -> float:
         """Expected wait behind `ahead` waiters: higher classes arriving meanwhile go first,
         so a lower class gets only what they leave."""
-        higher = self._load.above(rank, now, self._service.mean_s, self._max)
+        higher = self._load.above(rank, now, self._class_mean_s, self._max)
         return self._expected_wait(ahead) / max(_MIN_LEFTOVER, 1.0 - higher)
+
+    def _class_mean_s(self, rank: int) -> float:
+        """A class's own mean service time; the overall mean until it has samples."""
+        estimator = self._class_service.get(rank)
+        return estimator.mean_s if estimator is not None else self._service.mean_s
 
     def _wait_for(self, rank: int) -> float:
         return self._expected_wait(self._queue.ahead(rank))
@@ -519,6 +525,10 @@ class FairScheduler:
         self._in_flight -= 1
         if service_s is not None:
             self._service.observe(service_s)
+            estimator = self._class_service.get(entry.rank)
+            if estimator is None:
+                estimator = self._class_service[entry.rank] = ServiceTimeEstimator()
+            estimator.observe(service_s)
         self._pump()
 
     def _cost(self, input_tokens: int, output_tokens: int) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 RETRY_AFTER_FLOOR_S = 1.0  # `Retry-After` is whole seconds; below one means "now", which it is not
 RETRY_AFTER_CEILING_S = 60.0  # an estimate far out is a guess; do not park clients on it
@@ -102,13 +103,19 @@ class ClassLoad:
         self._counts[rank] = self._counts.get(rank, 0) + 1
         self._expire(now)
 
-    def above(self, rank: int, now: float, mean_service_s: float, slots: int) -> float:
-        """The share (0 to 1) of `slots` that classes ranked before `rank` kept busy."""
+    def above(
+        self, rank: int, now: float, mean_service_s: Callable[[int], float], slots: int
+    ) -> float:
+        """The share (0 to 1) of `slots` that classes ranked before `rank` kept busy, each
+        class's dispatches weighed by its own mean service time (`mean_service_s(rank)`):
+        with one mean for all, short interactive answers counted as long as batch ones,
+        the estimate of what they leave swung with every burst of them, and batch waiters
+        admitted at one moment were dropped as slipped at the next."""
         self._expire(now)
         if slots <= 0:
             return 0.0
-        dispatched = sum(n for r, n in self._counts.items() if r < rank)
-        return min(1.0, dispatched * mean_service_s / (slots * self._window_s))
+        busy = sum(n * mean_service_s(r) for r, n in self._counts.items() if r < rank)
+        return min(1.0, busy / (slots * self._window_s))
 
     def _expire(self, now: float) -> None:
         horizon = now - self._window_s

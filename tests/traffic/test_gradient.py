@@ -267,6 +267,14 @@ def test_the_floor_holds_measurements_included() -> None:
     assert all(limit >= 8 for _, limit, _ in trace)
 
 
+def test_no_measurement_pins_below_min_pin() -> None:
+    """From 8 with a floor on pins of 4: the halving stops there, while the limit itself may
+    still go lower (min_limit 1) when latency says so."""
+    trace = simulate(limiter(8, min_pin=4.0), Engine(slots=2), 30.0)
+    assert trace[0][1:] == (4, "measuring_min")
+    assert all(limit >= 4 for _, limit, phase in trace if phase == "measuring_min")
+
+
 def test_garbage_samples_change_nothing() -> None:
     clean = simulate(limiter(4), Engine(), 20.0)
     dirty = simulate(limiter(4), Engine(), 20.0, garbage=True)

@@ -127,16 +127,24 @@ def test_service_time_estimator_trusts_the_first_sample_then_smooths() -> None:
 
 def test_class_load_is_the_capacity_higher_classes_kept_busy_lately() -> None:
     load = ClassLoad(window_s=2.0)
-    assert load.above(1, 0.0, 0.1, 4) == 0.0
+
+    def each(mean_s: float) -> Callable[[int], float]:
+        return lambda rank: mean_s
+
+    assert load.above(1, 0.0, each(0.1), 4) == 0.0
     for i in range(20):  # interactive: 10/s for 2 s of 0.1 s each on 4 slots = 1/4
         load.record(i * 0.1, 0)
         load.record(i * 0.1, 1)
-    assert load.above(1, 1.95, 0.1, 4) == pytest.approx(0.25)
-    assert load.above(0, 1.95, 0.1, 4) == 0.0  # nothing ranks before the top class
-    assert load.above(1, 1.95, 0.1, 0) == 0.0  # no capacity (cold): no stretch to compute
-    assert load.above(1, 1.95, 1.0, 1) == 1.0  # never more than all of it
-    assert load.above(1, 3.85, 0.1, 4) == pytest.approx(0.0125)  # the older left the window
-    assert load.above(1, 10.0, 0.1, 4) == 0.0
+    assert load.above(1, 1.95, each(0.1), 4) == pytest.approx(0.25)
+    assert load.above(0, 1.95, each(0.1), 4) == 0.0  # nothing ranks before the top class
+    assert load.above(1, 1.95, each(0.1), 0) == 0.0  # no capacity (cold): no stretch to compute
+    assert load.above(1, 1.95, each(1.0), 1) == 1.0  # never more than all of it
+    # each class weighed by its own service time: short interactive answers, long batch ones
+    by_class = {0: 0.1, 1: 2.0}.__getitem__
+    # (20 x 0.1 s + 20 x 2 s) of 40 slots x 2 s
+    assert load.above(2, 1.95, by_class, 40) == pytest.approx(42 / 80)
+    assert load.above(1, 3.85, each(0.1), 4) == pytest.approx(0.0125)  # the older left the window
+    assert load.above(1, 10.0, each(0.1), 4) == 0.0
     with pytest.raises(ValueError, match="window_s"):
         ClassLoad(window_s=0.0)
 
