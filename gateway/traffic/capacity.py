@@ -57,8 +57,17 @@ SLOW_START_GROWTH = 1.5  # per tick, until the engine first shows saturation
 # waiting inside it for two ticks before the cut; 5% a tick (tried first) made a gateway
 # that had seen one saturation take most of a phase to follow the load back up
 # (bench/capacity.py: load-1 throughput 0.57 of the bare engine's).
-QUEUED_TICKS = 2  # waiting seen on this many ticks in a row: a request just arrived
-# between two engine steps shows as waiting for one step, which is not saturation
+# Is the engine queueing because it is full? A request that arrived between two steps, or
+# that the step's token budget (chunked prefill) left for the next one, shows as waiting
+# for a step or two even with room to spare, so `waiting > 0` alone is no proof: under half
+# load it cut the limit below the demand. Where the engine counts the time requests waited
+# (vLLM's request_queue_time_seconds, TGI's request_queue_duration), the requests that left
+# its queue during the tick must have waited more than QUEUED_STEPS engine steps on average
+# (the step time from generated tokens over requests running; QUEUE_WAIT_FLOOR_S when that
+# is unknown); otherwise waiting must be seen on QUEUED_TICKS ticks in a row.
+QUEUED_STEPS = 4
+QUEUE_WAIT_FLOOR_S = 0.2
+QUEUED_TICKS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,27 +95,51 @@ class EngineLimiter:
         self._max = max_limit
         self._kv_high = kv_high
         self._queued_ticks = 0
+        self._last: tuple[float, EngineSample] | None = None
         self.saturated_once = False
 
-    def update(self, sample: EngineSample, in_flight: int, expected_tokens: float) -> float | None:
+    def update(
+        self, sample: EngineSample, in_flight: int, expected_tokens: float, now: float
+    ) -> float | None:
         """The new limit, or None when the sample says nothing of running or waiting."""
         if sample.running is None and sample.waiting is None:
             return None
         running = sample.running or 0.0
         waiting = sample.waiting or 0.0
         kv_full = sample.kv_usage is not None and sample.kv_usage >= self._kv_high
-        self._queued_ticks = self._queued_ticks + 1 if waiting > 0 else 0
-        if self._queued_ticks >= QUEUED_TICKS or (waiting > 0 and kv_full):
+        if self._queueing(sample, now) or (waiting > 0 and kv_full):
             self.saturated_once = True
             share = in_flight * running / (running + waiting)
             self.limit = self._clamp(min(self.limit, share))
         elif kv_full:
             self.saturated_once = True  # full, not yet queueing: hold
         elif waiting > 0:
-            pass  # queued on one tick only: hold, and see on the next
+            pass  # waiting, not (yet) queueing: hold, and see on the next tick
         elif in_flight >= math.floor(self.limit):
             self.limit = self._clamp(self.limit + max(1.0, self._growth(sample, expected_tokens)))
         return self.limit
+
+    def _queueing(self, sample: EngineSample, now: float) -> bool:
+        """Whether the engine holds requests in its queue for want of room (see
+        QUEUED_STEPS): from its queue-time counters when it has them, else from waiting
+        seen on QUEUED_TICKS ticks in a row."""
+        waiting = sample.waiting or 0.0
+        self._queued_ticks = self._queued_ticks + 1 if waiting > 0 else 0
+        last, self._last = self._last, (now, sample)
+        if last is None or sample.queue_time_sum is None or sample.queue_time_count is None:
+            return self._queued_ticks >= QUEUED_TICKS
+        before = last[1]
+        if before.queue_time_sum is None or before.queue_time_count is None:
+            return self._queued_ticks >= QUEUED_TICKS
+        left = sample.queue_time_count - before.queue_time_count
+        if left < 0:  # the engine restarted: its counters began again
+            return False
+        if left == 0:  # nothing left the queue for a whole tick while requests waited
+            return self._queued_ticks >= QUEUED_TICKS
+        mean_wait_s = (sample.queue_time_sum - before.queue_time_sum) / left
+        step_s = _step_time(before, sample, now - last[0])
+        threshold = QUEUED_STEPS * step_s if step_s is not None else QUEUE_WAIT_FLOOR_S
+        return mean_wait_s > threshold
 
     def _growth(self, sample: EngineSample, expected_tokens: float) -> float:
         """Slow start (x1.5 a tick) until the engine first saturates or the limit reaches
@@ -125,6 +158,18 @@ class EngineLimiter:
 
     def _clamp(self, limit: float) -> float:
         return min(self._max, max(self._min, limit))
+
+
+def _step_time(before: EngineSample, after: EngineSample, seconds: float) -> float | None:
+    """The engine's mean decode step over `seconds`: each step makes one token per running
+    request, so steps = tokens generated / requests running."""
+    if before.generation_tokens is None or after.generation_tokens is None or seconds <= 0:
+        return None
+    tokens = after.generation_tokens - before.generation_tokens
+    running = ((before.running or 0.0) + (after.running or 0.0)) / 2
+    if tokens <= 0 or running <= 0:
+        return None
+    return seconds * running / tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +232,7 @@ class ReplicaCapacity:
         self.sample = sample
         candidates: list[float] = []
         if self._engine is not None and sample is not None:
-            self._engine_limit = self._engine.update(sample, in_flight, self._expected_tokens)
+            self._engine_limit = self._engine.update(sample, in_flight, self._expected_tokens, now)
             if self._engine_limit is not None:
                 candidates.append(self._engine_limit)
         else:

@@ -42,6 +42,9 @@ class EngineSample:
     preemptions: float | None = None  # counter: requests evicted because the KV cache ran out
     prompt_tokens: float | None = None  # counter: prompt tokens processed
     generation_tokens: float | None = None  # counter: tokens generated
+    # counters: seconds finished requests waited in the engine's queue, and their number
+    queue_time_sum: float | None = None
+    queue_time_count: float | None = None
 
 
 # field -> (names, newest first; how series combine). The order of names is the preference.
@@ -56,6 +59,8 @@ _VLLM: _Fields = {
     "preemptions": (("vllm:num_preemptions_total",), _SUM),
     "prompt_tokens": (("vllm:prompt_tokens_total",), _SUM),
     "generation_tokens": (("vllm:generation_tokens_total",), _SUM),
+    "queue_time_sum": (("vllm:request_queue_time_seconds_sum",), _SUM),
+    "queue_time_count": (("vllm:request_queue_time_seconds_count",), _SUM),
 }
 _SGLANG: _Fields = {
     "running": (("sglang:num_running_reqs",), _SUM),
@@ -74,6 +79,8 @@ _TGI: _Fields = {
     # Histograms of finished requests' lengths: their _sum series are token counters.
     "prompt_tokens": (("tgi_request_input_length_sum",), _SUM),
     "generation_tokens": (("tgi_request_generated_tokens_sum",), _SUM),
+    "queue_time_sum": (("tgi_request_queue_duration_sum",), _SUM),
+    "queue_time_count": (("tgi_request_queue_duration_count",), _SUM),
 }
 _FIELDS: dict[Engine, _Fields] = {"vllm": _VLLM, "sglang": _SGLANG, "tgi": _TGI, "none": {}}
 

@@ -345,13 +345,17 @@ class GradientLimiter:
             self._step(ratios, in_flight)
 
     def _step(self, ratios: Mapping[LatencyKind, float], in_flight: int) -> None:
+        if in_flight < self._binding_fraction * self._limit:
+            # App-limited: the limit admits everything, so latency says nothing about it,
+            # neither more room nor less, nor that the baseline is stale. A cut here started
+            # a re-measurement whose pins (9, then 4) queued requests that had room under
+            # half load (bench/capacity.py, load 0.5: a TTFT spike at 6 in flight of 19).
+            return
         pressure = max(r / self._tolerance(k, ratios) for k, r in ratios.items())
         ceiling = MAX_GRADIENT if self._uncut >= ACCELERATE_AFTER else 1.0
         self._gradient = min(ceiling, max(MIN_GRADIENT, 1 / pressure))
         scaled = self._limit * self._gradient
         target = scaled + math.sqrt(scaled)
-        if in_flight < self._binding_fraction * self._limit:
-            target = min(target, self._limit)  # app-limited: latency says nothing about more
         before = self._limit
         self._limit = self._clamp(before + self._smoothing * (target - before))
         self._uncut = self._uncut + 1 if self._limit >= before else 0

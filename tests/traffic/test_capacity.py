@@ -25,7 +25,7 @@ def test_the_limit_grows_fast_while_the_engine_runs_everything_it_is_sent() -> N
     limits = []
     for _ in range(6):
         limit = limiter.update(
-            EngineSample(running=limiter.limit, waiting=0), int(limiter.limit), 0
+            EngineSample(running=limiter.limit, waiting=0), int(limiter.limit), 0, 0.0
         )
         assert limit is not None
         limits.append(limit)
@@ -35,17 +35,19 @@ def test_the_limit_grows_fast_while_the_engine_runs_everything_it_is_sent() -> N
 def test_an_idle_replica_does_not_grow_its_limit() -> None:
     limiter = engine()
     for _ in range(20):
-        limiter.update(EngineSample(running=2, waiting=0, kv_usage=0.1), 2, 0)
+        limiter.update(EngineSample(running=2, waiting=0, kv_usage=0.1), 2, 0, 0.0)
     assert limiter.limit == 8
 
 
 def test_a_queue_inside_the_engine_brings_the_limit_to_what_it_runs() -> None:
     limiter = engine(initial=100)
     # one tick of waiting is a request that arrived between two steps: no change
-    assert limiter.update(EngineSample(running=40, waiting=60), 100, 0) == 100
-    assert limiter.update(EngineSample(running=40, waiting=60), 100, 0) == pytest.approx(40)
+    assert limiter.update(EngineSample(running=40, waiting=60), 100, 0, 0.0) == 100
+    assert limiter.update(EngineSample(running=40, waiting=60), 100, 0, 0.0) == pytest.approx(40)
     # then it probes upward by sqrt(limit) a tick, not at the slow-start pace
-    assert limiter.update(EngineSample(running=40, waiting=0), 40, 0) == pytest.approx(40 + 40**0.5)
+    assert limiter.update(EngineSample(running=40, waiting=0), 40, 0, 0.0) == pytest.approx(
+        40 + 40**0.5
+    )
 
 
 def test_several_gateways_sharing_an_engine_each_take_their_share() -> None:
@@ -54,19 +56,50 @@ def test_several_gateways_sharing_an_engine_each_take_their_share() -> None:
     limiters = [engine(initial=60), engine(initial=60)]
     sample = EngineSample(running=60, waiting=60)  # 120 sent by two gateways, 60 each
     for _ in range(QUEUED_TICKS):
-        limits = [lim.update(sample, 60, 0) for lim in limiters]
+        limits = [lim.update(sample, 60, 0, 0.0) for lim in limiters]
     assert sum(limit or 0 for limit in limits) == pytest.approx(60)
 
 
 def test_a_full_kv_cache_holds_the_limit_and_with_a_queue_cuts_it_at_once() -> None:
     limiter = engine(initial=50)
-    assert limiter.update(EngineSample(running=50, waiting=0, kv_usage=0.97), 50, 0) == 50
-    cut = limiter.update(EngineSample(running=30, waiting=20, kv_usage=0.99), 50, 0)
+    assert limiter.update(EngineSample(running=50, waiting=0, kv_usage=0.97), 50, 0, 0.0) == 50
+    cut = limiter.update(EngineSample(running=30, waiting=20, kv_usage=0.99), 50, 0, 0.0)
     assert cut == pytest.approx(30)
 
 
+def queue(
+    now: float, waited_s: float, left: int, generated: float, **gauges: float
+) -> EngineSample:
+    """A vLLM sample with its queue-time counters: `waited_s` seconds in all by the `left`
+    requests that left the queue so far, `generated` tokens so far."""
+    return EngineSample(
+        queue_time_sum=waited_s, queue_time_count=left, generation_tokens=generated, **gauges
+    )
+
+
+def test_waiting_a_step_or_two_for_the_prefill_budget_is_not_saturation() -> None:
+    """20 running, a 20 ms step (20 tokens per step: 250 tokens in 0.25 s); requests wait
+    a step or two (30 ms, under 4 steps): the limit holds, however long waiting shows."""
+    limiter = engine(initial=30)
+    limiter.update(queue(0.0, 0.0, 0, 0.0, running=20, waiting=3), 30, 0, 0.0)
+    for tick in range(1, 6):
+        sample = queue(
+            0.25 * tick, 0.03 * 10 * tick, 10 * tick, 250.0 * tick, running=20, waiting=3
+        )
+        assert limiter.update(sample, 30, 0, 0.25 * tick) == 30
+
+
+def test_waiting_many_steps_is_saturation_at_the_first_tick() -> None:
+    """The same engine, requests now leave its queue after 200 ms (10 steps): cut at once to
+    the gateway's share of what it runs."""
+    limiter = engine(initial=30)
+    limiter.update(queue(0.0, 0.0, 0, 0.0, running=20, waiting=10), 30, 0, 0.0)
+    cut = limiter.update(queue(0.25, 0.2 * 10, 10, 250.0, running=20, waiting=10), 30, 0, 0.25)
+    assert cut == pytest.approx(30 * 20 / 30)
+
+
 def test_unknown_metrics_leave_the_decision_to_latency() -> None:
-    assert engine().update(EngineSample(kv_usage=0.5), 8, 0) is None
+    assert engine().update(EngineSample(kv_usage=0.5), 8, 0, 0.0) is None
 
 
 def test_slow_start_ends_where_the_mean_request_surely_fits_in_the_kv_cache() -> None:
@@ -74,17 +107,17 @@ def test_slow_start_ends_where_the_mean_request_surely_fits_in_the_kv_cache() ->
     tick below that, sqrt(limit) above."""
     limiter = engine(initial=30)
     sample = EngineSample(running=30, waiting=0, kv_capacity_tokens=20_000)
-    assert limiter.update(sample, 30, 500) == pytest.approx(45)
-    assert limiter.update(sample, 45, 500) == pytest.approx(45 + 45**0.5)
+    assert limiter.update(sample, 30, 500, 0.0) == pytest.approx(45)
+    assert limiter.update(sample, 45, 500, 0.0) == pytest.approx(45 + 45**0.5)
 
 
 def test_limits_stay_within_min_and_ceiling() -> None:
     limiter = EngineLimiter(8, 2, 10, kv_high=0.95)
     for _ in range(10):
-        limiter.update(EngineSample(running=10, waiting=0), 10, 0)
+        limiter.update(EngineSample(running=10, waiting=0), 10, 0, 0.0)
     assert limiter.limit == 10
     for _ in range(QUEUED_TICKS):
-        limiter.update(EngineSample(running=0, waiting=5), 10, 0)
+        limiter.update(EngineSample(running=0, waiting=5), 10, 0, 0.0)
     assert limiter.limit == 2
 
 

@@ -41,6 +41,8 @@ def fixture(name: str) -> bytes:
                 preemptions=5.0,
                 prompt_tokens=8.128902e06 + 7.90117e06,
                 generation_tokens=1.834411e06 + 1.791004e06,
+                queue_time_sum=8293.743214357484 + 8210.798523395491,
+                queue_time_count=21873.0 + 21214.0,
             ),
         ),
         (  # gpu_cache_usage_perc; num_preemptions_created is not num_preemptions_total
@@ -79,6 +81,8 @@ def fixture(name: str) -> bytes:
                 kv_tokens_used=18432.0,
                 prompt_tokens=11862327.0,
                 generation_tokens=2794753.0,
+                queue_time_sum=3006.194671762921,
+                queue_time_count=15308.0,
             ),
         ),
     ],
