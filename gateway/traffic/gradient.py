@@ -23,8 +23,9 @@ The update
         target = limit x gradient + sqrt(limit x gradient)
         limit += smoothing x (target - limit), within [min_limit, max_limit]
     The sqrt headroom probes upwards and puts the limit a little past the knee, where the
-    gradient is 1 - 1/sqrt(limit). The limit grows only while it binds (in-flight at least
-    `binding_fraction` of it): an idle replica's fast answers say nothing about more load.
+    gradient is 1 - 1/sqrt(limit). The limit moves only while it binds (in-flight at least
+    `binding_fraction` of it): an idle replica's fast answers say nothing about more load,
+    and a slow one's latency nothing about a queue of ours (nor about a stale baseline).
 
 The baseline ("measuring_min")
     Measured with the limit pinned at `probe_fraction` of itself: drain to the pin, drop
