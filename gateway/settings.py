@@ -158,7 +158,9 @@ class Concurrency(_Strict):
     interval_s: float = Field(default=0.25, gt=0, le=10)  # control tick and metrics scrape
     metrics_path: str = "/metrics"  # at the engine's root, or a full http(s):// URL
     kv_high: float = Field(default=0.95, gt=0, le=1)  # KV usage at which an engine is full
-    latency_tolerance: float = Field(default=2.0, ge=1.1, le=10)  # vs the baseline latency
+    # Time to first token may reach this multiple of its baseline before the limit is cut
+    # (README "Learned capacity": why 3).
+    latency_tolerance: float = Field(default=3.0, ge=1.1, le=10)
 
 
 class Backend(_Strict):

@@ -211,6 +211,11 @@ class FairQueue:
 
 
 _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not forever
+# While the top class is active, lower classes leave this share of the slots (at least one)
+# free for it: under overload every slot is otherwise busy, and an interactive arrival,
+# first in line, still waited for a request to finish (bench/capacity.py, 5x: interactive
+# time to first token p99 8x its unloaded value with a fixed limit, ~12x learned).
+RESERVED_SHARE = 0.1
 
 
 class Shed(Exception):
@@ -326,6 +331,7 @@ class FairScheduler:
         self._max_queue = max_queue
         self._clock = clock
         self._ranks = dict(ranks)
+        self._top_rank = min(self._ranks.values(), default=0)
         self._output_weight = output_weight
         self._on_wait = on_wait
         self._admit_fraction = admit_fraction
@@ -376,7 +382,7 @@ class FairScheduler:
         now = self._clock()
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
         entry = Entry(tenant, weight, priority, self._ranks[priority], charge, deadline, now)
-        if not self._waiters and self._in_flight < self._max and now < deadline:
+        if not self._waiters and self._in_flight < self._room(entry.rank, now) and now < deadline:
             # Nobody waits and a slot is free: what push, pump and grant would do, at once.
             self._queue.dispatch_at_once(entry)
             return self._start(entry, now)
@@ -459,9 +465,21 @@ class FairScheduler:
                 self._forget(entry)
             elif entry.deadline <= now:
                 self._drop(entry, "deadline_passed")
+            elif self._in_flight >= self._room(entry.rank, now):
+                break  # the last slots are kept for the top class
             else:
                 self._grant(entry, now)
         self._recheck(now)
+
+    def _room(self, rank: int, now: float) -> int:
+        """Slots a class may fill: all for the top class; for the others all but a reserve
+        of RESERVED_SHARE of them, while the top class has been dispatching lately (its
+        arrivals then find a free slot at once instead of waiting for one to finish)."""
+        if rank == self._top_rank or self._max < 2:
+            return self._max
+        if not self._load.recent(self._top_rank, now):
+            return self._max
+        return self._max - max(1, round(RESERVED_SHARE * self._max))
 
     def _recheck(self, now: float) -> None:
         """Drops, from the back of each tenant's line, the waiters whose expected wait has

@@ -117,6 +117,11 @@ class ClassLoad:
         busy = sum(n * mean_service_s(r) for r, n in self._counts.items() if r < rank)
         return min(1.0, busy / (slots * self._window_s))
 
+    def recent(self, rank: int, now: float) -> bool:
+        """Whether the class dispatched anything in the window."""
+        self._expire(now)
+        return self._counts.get(rank, 0) > 0
+
     def _expire(self, now: float) -> None:
         horizon = now - self._window_s
         while self._dispatches and self._dispatches[0][0] <= horizon:

@@ -294,6 +294,28 @@ async def one_slot_taken(
     return h
 
 
+async def test_while_interactive_is_active_batch_leaves_a_slot_free_for_it() -> None:
+    """Ten slots: with no interactive traffic lately batch may fill all ten; once an
+    interactive request was dispatched, batch fills nine and the tenth waits for the next
+    interactive arrival, which is dispatched at once."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock))
+    for i in range(12):
+        await h.submit(f"b{i}", tenant="jobs")
+    assert len(h.running) == 10  # no interactive lately: no reserve
+    await h.drain()
+    await h.submit("i0", tenant="web", priority="interactive")
+    for i in range(12):
+        await h.submit(f"c{i}", tenant="jobs")
+    assert len(h.running) == 1 + 8  # i0 and eight batch: the tenth slot is kept
+    await h.submit("i1", tenant="web", priority="interactive")
+    assert h.order[-1] == "i1" and len(h.running) == 10
+    clock.now += 10.0  # interactive quiet for longer than the window: batch takes it all
+    await h.finish_one()
+    assert len(h.running) == 10 and h.order[-1].startswith("c")
+    await h.drain()
+
+
 async def test_interactive_overtakes_batch() -> None:
     h = Harness(FairScheduler(1, 10, FakeClock()))
     await h.submit("first")
