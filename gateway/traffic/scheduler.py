@@ -441,7 +441,9 @@ class FairScheduler:
         """Expected wait behind `ahead` waiters: higher classes arriving meanwhile go first,
         so a lower class gets only what they leave."""
         higher = self._load.above(rank, now, self._class_mean_s, self._max)
-        return self._expected_wait(ahead) / max(_MIN_LEFTOVER, 1.0 - higher)
+        # Slots kept for the top class (`_room`) are none of this class's to wait for.
+        slots = self._room(rank, now)
+        return self._expected_wait(ahead, slots) / max(_MIN_LEFTOVER, 1.0 - higher)
 
     def _class_mean_s(self, rank: int) -> float:
         """A class's own mean service time; the overall mean until it has samples."""
@@ -451,10 +453,11 @@ class FairScheduler:
     def _wait_for(self, rank: int) -> float:
         return self._expected_wait(self._queue.ahead(rank))
 
-    def _expected_wait(self, ahead: int) -> float:
+    def _expected_wait(self, ahead: int, slots: int | None = None) -> float:
         if self._max == 0:  # cold: the wait is the start, then a share of one replica
             return self._cold_start_s + expected_wait_s(ahead, 0, 1, self._service.mean_s)
-        return expected_wait_s(ahead, self._in_flight, self._max, self._service.mean_s)
+        slots = self._max if slots is None else slots
+        return expected_wait_s(ahead, self._in_flight, slots, self._service.mean_s)
 
     def _pump(self) -> None:
         """Dispatches while slots are free; drops expired waiters on the way."""

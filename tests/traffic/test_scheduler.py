@@ -308,6 +308,11 @@ async def test_while_interactive_is_active_batch_leaves_a_slot_free_for_it() -> 
     for i in range(12):
         await h.submit(f"c{i}", tenant="jobs")
     assert len(h.running) == 1 + 8  # i0 and eight batch: the tenth slot is kept
+    # A batch newcomer behind jobs' 4 waiters counts on 9 slots, not 10: 5 turns of 1/9 s
+    # (0.57 s with interactive's share), past half of the 1 s it has. On 10, with the kept
+    # slot taken for free, it would have counted 0.41 s and been admitted.
+    with pytest.raises(Shed, match="deadline_unreachable"):
+        await h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 1.0)
     await h.submit("i1", tenant="web", priority="interactive")
     assert h.order[-1] == "i1" and len(h.running) == 10
     clock.now += 10.0  # interactive quiet for longer than the window: batch takes it all
