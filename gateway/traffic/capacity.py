@@ -57,6 +57,7 @@ SLOW_START_GROWTH = 1.5  # per tick, until the engine first shows saturation
 # waiting inside it for two ticks before the cut; 5% a tick (tried first) made a gateway
 # that had seen one saturation take most of a phase to follow the load back up
 # (bench/capacity.py: load-1 throughput 0.57 of the bare engine's).
+
 # Is the engine queueing because it is full? A request that arrived between two steps, or
 # that the step's token budget (chunked prefill) left for the next one, shows as waiting
 # for a step or two even with room to spare, so `waiting > 0` alone is no proof: under half
@@ -107,10 +108,12 @@ class EngineLimiter:
         running = sample.running or 0.0
         waiting = sample.waiting or 0.0
         kv_full = sample.kv_usage is not None and sample.kv_usage >= self._kv_high
-        if self._queueing(sample, now) or (waiting > 0 and kv_full):
+        queueing = self._queueing(sample, now) or (waiting > 0 and kv_full)
+        if queueing:
             self.saturated_once = True
-            share = in_flight * running / (running + waiting)
-            self.limit = self._clamp(min(self.limit, share))
+            if running + waiting > 0:  # else it emptied since: nothing to share, hold
+                share = in_flight * running / (running + waiting)
+                self.limit = self._clamp(min(self.limit, share))
         elif kv_full:
             self.saturated_once = True  # full, not yet queueing: hold
         elif waiting > 0:

@@ -98,6 +98,13 @@ def test_waiting_many_steps_is_saturation_at_the_first_tick() -> None:
     assert cut == pytest.approx(30 * 20 / 30)
 
 
+def test_an_engine_that_emptied_within_the_tick_is_not_divided_by_zero() -> None:
+    """Requests left its queue late, and by the scrape nothing runs or waits: no cut."""
+    limiter = engine(initial=30)
+    limiter.update(queue(0.0, 0.0, 0, 0.0, running=20, waiting=10), 30, 0, 0.0)
+    assert limiter.update(queue(0.25, 5.0, 10, 250.0, running=0, waiting=0), 30, 0, 0.25) == 30
+
+
 def test_unknown_metrics_leave_the_decision_to_latency() -> None:
     assert engine().update(EngineSample(kv_usage=0.5), 8, 0, 0.0) is None
 
