@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from backends.errors import UpstreamConnectError, UpstreamTimeoutError
-from backends.http import HttpTimeouts, HttpUpstream
+from tests.support.aiohttp_server import opened, served
 from tests.support.processes import free_port
 
 BIG = b"x" * 200_000 + b"\n"  # larger than one socket read: the body must come whole
@@ -39,23 +39,8 @@ async def server() -> AsyncIterator[str]:
     app.router.add_get("/slow", slow)
     app.router.add_get("/v1/who", who)
     app.router.add_get("/who", who)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
-
-
-@contextlib.asynccontextmanager
-async def opened(base_url: str, api_key: str | None = None) -> AsyncIterator[HttpUpstream]:
-    upstream = HttpUpstream(base_url, api_key, HttpTimeouts(1.0, 30.0, None), 4)
-    upstream.open()
-    try:
-        yield upstream
-    finally:
-        await upstream.close()
+    async with served(app) as root:
+        yield root
 
 
 async def test_fetch_answers_the_status_and_the_whole_body() -> None:

@@ -33,8 +33,9 @@ from gateway.traffic.retry import RetryBudget
 from gateway.traffic.scheduler import FairScheduler
 from gateway.usage import TokenUsage
 from tests.conftest import GatewayFactory, fake_backend, hash_of
+from tests.support.aiohttp_server import served
 from tests.support.fake_upstream import MODELS
-from tests.support.processes import Gateway, free_port, start_gateway
+from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-deadline-0123456789abcdef"
 BODY_TIMEOUT_S = 1.0
@@ -245,14 +246,8 @@ async def stream_server() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_post("/v1/{name}", answer)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with served(app, "/v1") as base_url:
+        yield base_url
 
 
 ADMITTED = Admitted("t", 1.0, "interactive", 1, 1)

@@ -15,8 +15,8 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.http import HttpTimeouts, HttpUpstream
 from gateway.traffic.engine_metrics import Engine, EngineSample, metrics_url, parse, scrape
+from tests.support.aiohttp_server import opened, served
 from tests.support.processes import free_port
 
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -230,23 +230,8 @@ async def engine_server() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/slow", slow)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    finally:
-        await runner.cleanup()
-
-
-@contextlib.asynccontextmanager
-async def opened(base_url: str) -> AsyncIterator[HttpUpstream]:
-    upstream = HttpUpstream(base_url, None, HttpTimeouts(1.0, 30.0, None), 4)
-    upstream.open()
-    try:
-        yield upstream
-    finally:
-        await upstream.close()
+    async with served(app, "/v1") as base_url:
+        yield base_url
 
 
 async def test_scrape_reads_a_replicas_metrics() -> None:
