@@ -558,8 +558,7 @@ def _capacity_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
                 value = getattr(sample, field) if sample is not None else None
                 if value is not None:
                     family.add_metric(labels, value)
-        wanted = pool.manager.snapshot().desired if pool.manager else pool.desired_replicas()
-        desired.add_metric([name], wanted)
+        desired.add_metric([name], pool.desired_replicas())
     return [limit, on_replica, *engine.values(), desired]
 
 

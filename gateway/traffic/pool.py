@@ -131,8 +131,11 @@ class Pool:
         return sum(h.capacity.limit for h in handles) / len(handles)
 
     def desired_replicas(self) -> float:
-        """Replicas the current demand needs at the learned limit (the gauge KEDA reads):
-        demand / learned limit per replica; 0 without demand."""
+        """Replicas the backend should have (the gauge KEDA reads, and /readyz): the
+        cold-start manager's decision where it scales the backend, else the current demand
+        over the learned limit per replica; 0 without demand."""
+        if self.manager is not None:
+            return float(self.manager.snapshot().desired)
         demand = self.demand()
         per_replica = self.learned_per_replica()
         if demand == 0:
