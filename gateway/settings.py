@@ -244,6 +244,21 @@ class DeclaredKey(_Strict):
         return self
 
 
+class ErrorBound(_Strict):
+    """Opt-in error-bounded semantic hits (cache/error_bound.py, after vCache): a near match
+    is served with the chance that keeps wrong answers at or under `delta` per request,
+    learned online from would-be hits the model also answers and that are compared.
+
+    Accepted and validated, not yet applied: the request path does not read it (README
+    "Error-bounded mode" says how it is to be wired and what bench/error_bound.py found).
+    """
+
+    delta: float = Field(gt=0, le=0.2)  # the bound: wrong answers per request
+    # entry: evidence per stored answer (vCache as published); namespace: pooled for the
+    # namespace, which learns where entries are asked only once or twice
+    scope: Literal["entry", "namespace"] = "namespace"
+
+
 class TenantProfile(_Strict):
     """A tenant without its keys: what the admin API creates and updates."""
 
@@ -257,6 +272,7 @@ class TenantProfile(_Strict):
     quotas: Quotas = Quotas()
     # Tenants naming the same group share cache entries; otherwise a tenant's entries are its own.
     cache_group: Name | None = None
+    cache_error_bound: ErrorBound | None = None  # None: the shipped fixed decision
 
 
 class Tenant(TenantProfile):
