@@ -1036,14 +1036,16 @@ def batch_fairness(phase: Phase) -> float:
 # --- main ---------------------------------------------------------------------------------
 
 
-def measure(bench: Bench, work_dir: Path, gateways: dict[str, Gateway]) -> None:
+def measure(
+    bench: Bench, work_dir: Path, gateways: dict[str, Gateway], modes: tuple[str, ...] = MODES
+) -> None:
     """The engine's capacity, the gateways (started into `gateways`), the changed engine's
     capacities, then every mode's phases."""
     engine = bench.engine
     bench.measure_capacity("normal", ENGINE)
     limit = max(1, round(bench.capacity["normal"].bare.running_mean))
     emit("fixed_limit", limit, "requests", mode="fixed")
-    configs = {mode: gateway_config(engine.url, work_dir, mode, limit) for mode in MODES}
+    configs = {mode: gateway_config(engine.url, work_dir, mode, limit) for mode in modes}
     gateways.update(start_all(configs, work_dir))
     check_answers(gateways)
     engine.wait_idle()
@@ -1054,7 +1056,7 @@ def measure(bench: Bench, work_dir: Path, gateways: dict[str, Gateway]) -> None:
         bench.measure_capacity(name, change.params)
         engine.control(change.restore)
         engine.wait_idle()
-    for mode in MODES:
+    for mode in modes:
         progress(f"mode {mode}")
         bench.run_mode(mode, gateways[mode])
     bench.targets()
@@ -1066,6 +1068,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short phases, under 3 minutes")
     parser.add_argument("--records", type=Path, help="write each phase's raw records here")
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="comma-separated subset of the modes to run (default: all), for a quicker look",
+    )
     args = parser.parse_args(argv)
     # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -1081,7 +1088,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.records is not None:
                 args.records.mkdir(parents=True, exist_ok=True)
             bench = Bench(QUICK_PLAN if args.quick else FULL_PLAN, loadgen, engine, args.records)
-            measure(bench, work_dir, gateways)
+            modes = tuple(m for m in MODES if m in args.modes.split(","))
+            if not modes:
+                parser.error(f"--modes: none of {args.modes!r} is one of {', '.join(MODES)}")
+            measure(bench, work_dir, gateways, modes)
         finally:
             loadgen.stop()
             for gateway in gateways.values():

@@ -215,6 +215,12 @@ class ReplicaCapacity:
         return self.config.mode == "adaptive"
 
     @property
+    def ceiling(self) -> int:
+        """The most requests it may ever have in flight: max_concurrency (with a fixed
+        limit, the limit itself)."""
+        return self.config.ceiling
+
+    @property
     def scrapes(self) -> bool:
         return self._engine is not None
 

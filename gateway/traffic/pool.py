@@ -191,10 +191,12 @@ class Pool:
             await anyio.sleep(interval_s)
 
     def _resize(self) -> None:
-        total = sum(h.capacity.limit for h in self.replicas.handles.values())
+        handles = self.replicas.handles.values()
+        total = sum(h.capacity.limit for h in handles)
         if total != self._capacity:
             self._capacity = total
-            self.scheduler.set_capacity(total, self._cold_start_s)
+            ceiling = sum(h.capacity.ceiling for h in handles)
+            self.scheduler.set_capacity(total, self._cold_start_s, ceiling)
 
     @property
     def at_zero(self) -> bool:

@@ -327,6 +327,7 @@ class FairScheduler:
         if not 0 < admit_fraction <= 1:
             raise ValueError("admit_fraction must be in (0, 1]")
         self._max = max_concurrency
+        self._ceiling = max_concurrency
         self._cold_start_s = 0.0  # expected time until capacity appears while it is 0
         self._max_queue = max_queue
         self._clock = clock
@@ -340,6 +341,7 @@ class FairScheduler:
         self._service = ServiceTimeEstimator(initial_service_s)
         self._class_service: dict[int, ServiceTimeEstimator] = {}  # by class rank
         self._in_flight = 0
+        self._in_flight_by_rank: dict[int, int] = {}
         self._dispatched = dict.fromkeys(self._ranks, 0)
         self._load = ClassLoad()
         self._shed: dict[tuple[str, str], int] = {}
@@ -348,8 +350,12 @@ class FairScheduler:
     def mean_service_s(self) -> float:
         return self._service.mean_s
 
-    def set_capacity(self, max_concurrency: int, cold_start_s: float = 0.0) -> None:
-        """Replicas came or went: dispatch at most `max_concurrency` at once from now on.
+    def set_capacity(
+        self, max_concurrency: int, cold_start_s: float = 0.0, ceiling: int | None = None
+    ) -> None:
+        """Replicas came or went, or their limits moved: dispatch at most `max_concurrency`
+        at once from now on; the top class may go above it up to `ceiling` (default: no
+        higher) by its burst allowance (`_may_dispatch`).
 
         0 means no replica is ready (a cold start is under way): requests wait, held in
         the queue, and `cold_start_s` estimates when capacity appears. Raising it releases
@@ -358,6 +364,7 @@ class FairScheduler:
         if max_concurrency < 0:
             raise ValueError("max_concurrency must be >= 0")
         self._max = max_concurrency
+        self._ceiling = max_concurrency if ceiling is None else max(ceiling, max_concurrency)
         self._cold_start_s = cold_start_s
         self._pump()
 
@@ -382,7 +389,7 @@ class FairScheduler:
         now = self._clock()
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
         entry = Entry(tenant, weight, priority, self._ranks[priority], charge, deadline, now)
-        if not self._waiters and self._in_flight < self._room(entry.rank, now) and now < deadline:
+        if not self._waiters and self._may_dispatch(entry.rank, now) and now < deadline:
             # Nobody waits and a slot is free: what push, pump and grant would do, at once.
             self._queue.dispatch_at_once(entry)
             return self._start(entry, now)
@@ -441,9 +448,13 @@ class FairScheduler:
         """Expected wait behind `ahead` waiters: higher classes arriving meanwhile go first,
         so a lower class gets only what they leave."""
         higher = self._load.above(rank, now, self._class_mean_s, self._max)
-        # Slots kept for the top class (`_room`) are none of this class's to wait for.
+        # Slots kept for the top class (`_room`) are none of this class's to wait for; and
+        # the slots it may fill free up at its own pace: with the mean over every class,
+        # short interactive answers made a batch queue look twice as fast as it drained,
+        # and the batch requests admitted on that estimate were refused late.
         slots = self._room(rank, now)
-        return self._expected_wait(ahead, slots) / max(_MIN_LEFTOVER, 1.0 - higher)
+        wait = self._expected_wait(ahead, slots, self._class_mean_s(rank))
+        return wait / max(_MIN_LEFTOVER, 1.0 - higher)
 
     def _class_mean_s(self, rank: int) -> float:
         """A class's own mean service time; the overall mean until it has samples."""
@@ -453,23 +464,26 @@ class FairScheduler:
     def _wait_for(self, rank: int) -> float:
         return self._expected_wait(self._queue.ahead(rank))
 
-    def _expected_wait(self, ahead: int, slots: int | None = None) -> float:
+    def _expected_wait(
+        self, ahead: int, slots: int | None = None, mean_s: float | None = None
+    ) -> float:
+        mean_s = self._service.mean_s if mean_s is None else mean_s
         if self._max == 0:  # cold: the wait is the start, then a share of one replica
-            return self._cold_start_s + expected_wait_s(ahead, 0, 1, self._service.mean_s)
+            return self._cold_start_s + expected_wait_s(ahead, 0, 1, mean_s)
         slots = self._max if slots is None else slots
-        return expected_wait_s(ahead, self._in_flight, slots, self._service.mean_s)
+        return expected_wait_s(ahead, self._in_flight, slots, mean_s)
 
     def _pump(self) -> None:
         """Dispatches while slots are free; drops expired waiters on the way."""
         now = self._clock()
-        while self._in_flight < self._max and (entry := self._queue.peek()) is not None:
+        while (entry := self._queue.peek()) is not None:
             future = self._waiters[entry].future
             if future.done():  # cancelled, its task not yet resumed to clean up
                 self._forget(entry)
             elif entry.deadline <= now:
                 self._drop(entry, "deadline_passed")
-            elif self._in_flight >= self._room(entry.rank, now):
-                break  # the last slots are kept for the top class
+            elif not self._may_dispatch(entry.rank, now):
+                break  # no slot; or, for a lower class, the last slots kept for the top one
             else:
                 self._grant(entry, now)
         self._recheck(now)
@@ -482,7 +496,42 @@ class FairScheduler:
             return self._max
         if not self._load.recent(self._top_rank, now):
             return self._max
-        return self._max - max(1, round(RESERVED_SHARE * self._max))
+        return self._max - self._reserve()
+
+    def _may_dispatch(self, rank: int, now: float) -> bool:
+        """Whether a request of this class may be dispatched now: within the class's room;
+        or, for the top class, within its burst allowance above the limit, up to the
+        ceiling (`set_capacity`).
+
+        Why the allowance: under overload lower classes keep every slot of their room
+        busy with long requests, and the few slots kept free refill only as requests
+        finish, about as often as interactive requests arrive, so interactive arrivals
+        still queued here behind batch work (bench/capacity.py at 5x, learned limit:
+        interactive time to first token p99 eight to ten times its unloaded value). The
+        same after a learned limit is cut below what is in flight. Interactive requests
+        are short and few, the engine has room for them (a learned limit is the point
+        where the engine starts to queue or slow down, not where it runs out of sequence
+        slots), and with a fixed limit the ceiling is the limit, so nothing changes there.
+        """
+        if self._in_flight < self._room(rank, now):
+            return True
+        if rank != self._top_rank or self._in_flight >= self._ceiling:
+            return False
+        return self._in_flight_by_rank.get(rank, 0) < self._burst(now)
+
+    def _burst(self, now: float) -> int:
+        """Slots the top class may hold whatever lower classes hold: its mean concurrency
+        over the last few seconds plus three standard deviations, as for Poisson arrivals
+        (M/G/inf: the number in service is Poisson), so that it waits here about once in
+        a thousand arrivals; at least the reserve. At most half the limit: a flood of top
+        class requests raises its own mean, and must still meet the limit, so the engine
+        holds at most one and a half times its limit."""
+        mean = self._load.concurrency(self._top_rank, now, self._class_mean_s(self._top_rank))
+        wanted = math.ceil(mean + 3.0 * math.sqrt(mean))
+        return max(self._reserve(), min(wanted, self._max // 2))
+
+    def _reserve(self) -> int:
+        return max(1, round(RESERVED_SHARE * self._max))
 
     def _recheck(self, now: float) -> None:
         """Drops, from the back of each tenant's line, the waiters whose expected wait has
@@ -510,6 +559,7 @@ class FairScheduler:
 
     def _start(self, entry: Entry, now: float) -> Slot:
         self._in_flight += 1
+        self._in_flight_by_rank[entry.rank] = self._in_flight_by_rank.get(entry.rank, 0) + 1
         self._dispatched[entry.priority] = self._dispatched.get(entry.priority, 0) + 1
         self._load.record(now, entry.rank)
         if self._on_wait is not None:
@@ -544,6 +594,7 @@ class FairScheduler:
     def _finish(self, entry: Entry, tokens: float, service_s: float | None) -> None:
         self._queue.complete(entry, tokens / entry.weight)
         self._in_flight -= 1
+        self._in_flight_by_rank[entry.rank] -= 1
         if service_s is not None:
             self._service.observe(service_s)
             estimator = self._class_service.get(entry.rank)

@@ -321,6 +321,51 @@ async def test_while_interactive_is_active_batch_leaves_a_slot_free_for_it() -> 
     await h.drain()
 
 
+async def test_above_its_limit_interactive_uses_its_burst_allowance_up_to_the_ceiling() -> None:
+    """A learned limit of 10 under a ceiling of 100, batch holding its nine slots:
+    interactive arrivals are still dispatched at once, up to their allowance (their recent
+    concurrency plus three standard deviations, at most half the limit: 5 here). With a
+    fixed limit (ceiling = limit) nothing goes over it."""
+    for ceiling, dispatched in ((100, 5), (None, 1)):
+        clock = FakeClock()
+        h = Harness(FairScheduler(10, 100, clock))
+        h.scheduler.set_capacity(10, ceiling=ceiling)
+        await h.submit("i0", tenant="web", priority="interactive")
+        await h.drain()
+        for i in range(12):
+            await h.submit(f"b{i}", tenant="jobs")
+        assert len(h.running) == 9  # one slot kept
+        for i in range(1, 8):
+            await h.submit(f"i{i}", tenant="web", priority="interactive")
+        assert [tag for tag in h.order if tag.startswith("i")][1:] == [
+            f"i{i}" for i in range(1, 1 + dispatched)
+        ]
+        assert len(h.running) == 9 + dispatched
+        await h.drain()
+
+
+async def test_a_batch_newcomer_counts_on_batch_service_times_not_the_mean_of_all() -> None:
+    """Short interactive answers pull the overall mean down; a batch queue drains at batch
+    pace, so the batch newcomer's expected wait uses batch's own mean."""
+    clock = FakeClock()
+    scheduler = FairScheduler(1, 100, clock)
+    h = Harness(scheduler)
+    for i in range(10):  # ten interactive answers of 0.1 s, one batch one of 2 s
+        await h.submit(f"i{i}", tenant="web", priority="interactive")
+        slot, _ = h.running.pop(0)
+        slot.release(10, 10, service_s=0.1)
+    await h.submit("b0", tenant="jobs")
+    slot, _ = h.running.pop(0)
+    slot.release(10, 10, service_s=2.0)
+    assert scheduler.mean_service_s < 1.0
+    clock.now += 10.0  # interactive out of the load window
+    await h.submit("busy", tenant="jobs")
+    await h.submit("b1", tenant="jobs")  # one ahead of the newcomer: 2 x 2 s
+    with pytest.raises(Shed, match="deadline_unreachable"):
+        await scheduler.acquire("jobs", 1.0, "batch", 10, 10, clock.now + 2 * 3.0)
+    await h.drain()
+
+
 async def test_interactive_overtakes_batch() -> None:
     h = Harness(FairScheduler(1, 10, FakeClock()))
     await h.submit("first")
