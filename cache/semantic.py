@@ -247,7 +247,8 @@ def _miss_reason(decision: str) -> str:
 
 
 def _storable(body: bytes) -> bool:
-    """Only complete text answers: no errors, no tool calls, every choice finished."""
+    """Only complete answers: no errors, every choice finished with text, a refusal, or
+    (the request's tools being ones the operator declared cacheable) tool calls."""
     try:
         answer = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -255,14 +256,24 @@ def _storable(body: bytes) -> bool:
     choices = answer.get("choices") if isinstance(answer, dict) else None
     if not isinstance(choices, list) or not choices or "error" in answer:
         return False
-    return all(_finished_text(choice) for choice in choices)
+    return all(_finished(choice) for choice in choices)
 
 
-def _finished_text(choice: Any) -> bool:
+def _finished(choice: Any) -> bool:
     if not isinstance(choice, dict):
         return False
-    message = choice.get("message")
-    text = message.get("content") if isinstance(message, dict) else choice.get("text")
-    if not isinstance(text, str) or choice.get("finish_reason") not in ("stop", "length"):
+    message, finish = choice.get("message"), choice.get("finish_reason")
+    if not isinstance(message, dict):  # a completion
+        return isinstance(choice.get("text"), str) and finish in ("stop", "length")
+    calls = message.get("tool_calls")
+    if calls:
+        return finish == "tool_calls" and isinstance(calls, list) and all(map(_whole_call, calls))
+    said = message.get("content"), message.get("refusal")
+    return any(isinstance(text, str) for text in said) and finish in ("stop", "length")
+
+
+def _whole_call(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
         return False
-    return not (isinstance(message, dict) and message.get("tool_calls"))
+    return isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str)

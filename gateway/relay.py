@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from backends.errors import BackendError
 from backends.http import UpstreamResponse
+from cache.sse import event_data, split_events
 from gateway.disconnect import SERVER_CANCELS, cancelled_by_server
 from gateway.errors import ClientGone, GatewayError, UpstreamError, error_body
 from gateway.metrics import Metrics
@@ -29,7 +30,6 @@ from gateway.usage import TokenUsage, usage_in
 # Relayed from the upstream's answer; everything else (hop-by-hop, cookies, server) is not.
 _RELAYED_HEADERS = ("content-type", "retry-after", "openai-processing-ms")
 _RELAYED_PREFIXES = ("x-ratelimit-",)
-_DONE = b"data: [DONE]"
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,11 @@ async def _events(
             cut = _event_boundary(pending)
             if cut:
                 ready, pending = pending[:cut], pending[cut:]
-                if _malformed_events(ready):
+                malformed, done = _scan_events(ready)
+                if malformed:
                     yield _malformed_end(backend, metrics, ended)
                     return
-                saw_done = saw_done or _DONE in ready
+                saw_done = saw_done or done
                 if tap is not None:
                     tap(ready)
                 yield ready
@@ -117,10 +118,11 @@ async def _events(
         ended.append(Ending(failure.status, failure.code))
         yield error_event(failure)
         return
-    if _malformed_events(pending):  # half an event: the upstream stopped mid-write
+    malformed, done = _scan_events(pending + b"\n\n")  # the last event, if unterminated
+    if malformed:  # half an event: the upstream stopped mid-write
         yield _malformed_end(backend, metrics, ended)
         return
-    saw_done = saw_done or _DONE in pending
+    saw_done = saw_done or done
     if pending:
         rest = pending if pending.endswith(b"\n\n") else pending + b"\n\n"
         if tap is not None:
@@ -178,18 +180,23 @@ def _malformed_end(backend: str, metrics: Metrics, ended: list[Ending]) -> bytes
     return error_event(failure)
 
 
-def _malformed_events(events: bytes) -> bool:
-    """Is a `data:` line in these events neither `[DONE]` nor JSON? (OpenAI-style servers
-    write each event's JSON on one `data:` line.)"""
-    for line in events.splitlines():
-        if line.startswith(b"data:"):
-            payload = line[5:].strip()
-            if payload and payload != b"[DONE]":
-                try:
-                    orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    return True
-    return False
+def _scan_events(events: bytes) -> tuple[bool, bool]:
+    """(malformed, done) of complete SSE events: is an event's data neither `[DONE]` nor
+    JSON; is one of them the `[DONE]` event itself (not text that merely contains it)?
+    An event's data may span several `data:` lines (the SSE spec joins them)."""
+    done = False
+    for event in split_events(events)[0]:
+        data = event_data(event)
+        if data is None or not data.strip():
+            continue
+        if data.strip() == b"[DONE]":
+            done = True
+            continue
+        try:
+            orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return True, done
+    return False, done
 
 
 def error_event(error: GatewayError) -> bytes:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from cache.sse import event_data, split_events
+
 
 @dataclass(frozen=True)
 class TokenUsage:
@@ -53,10 +55,11 @@ class UsageTap:
 
     def __call__(self, data: bytes) -> None:
         self.events += data.count(b"data: {")
-        if b'"usage"' in data:
-            for line in data.split(b"\n"):
-                if line.startswith(b"data: {") and b'"usage"' in line:
-                    self.reported = usage_of(line[6:]) or self.reported
+        if b'"usage"' in data:  # the relay taps whole events only
+            for event in split_events(data)[0]:
+                payload = event_data(event)
+                if payload is not None and b'"usage"' in payload:
+                    self.reported = usage_of(payload) or self.reported
 
     def usage(self, prompt_estimate: int) -> TokenUsage:
         return self.reported or TokenUsage(prompt_estimate, max(0, self.events - 1))
