@@ -98,6 +98,7 @@ class EngineLimiter:
         self._queued_ticks = 0
         self._last: tuple[float, EngineSample] | None = None
         self.saturated_once = False
+        self.step_s: float | None = None  # the engine's decode step, last measured
 
     def update(
         self, sample: EngineSample, in_flight: int, expected_tokens: float, now: float
@@ -129,6 +130,9 @@ class EngineLimiter:
         waiting = sample.waiting or 0.0
         self._queued_ticks = self._queued_ticks + 1 if waiting > 0 else 0
         last, self._last = self._last, (now, sample)
+        step_s = None if last is None else _step_time(last[1], sample, now - last[0])
+        if step_s is not None:
+            self.step_s = step_s
         if last is None or sample.queue_time_sum is None or sample.queue_time_count is None:
             return self._queued_ticks >= QUEUED_TICKS
         before = last[1]
@@ -140,7 +144,6 @@ class EngineLimiter:
         if left == 0:  # nothing left the queue for a whole tick while requests waited
             return self._queued_ticks >= QUEUED_TICKS
         mean_wait_s = (sample.queue_time_sum - before.queue_time_sum) / left
-        step_s = _step_time(before, sample, now - last[0])
         threshold = QUEUED_STEPS * step_s if step_s is not None else QUEUE_WAIT_FLOOR_S
         return mean_wait_s > threshold
 
@@ -253,6 +256,20 @@ class ReplicaCapacity:
                 self.config.min_limit, min(self.config.ceiling, math.floor(min(candidates)))
             )
         return self.limit
+
+    @property
+    def step_s(self) -> float | None:
+        """The engine's decode step time, for pacing (gateway.traffic.pacing): from its
+        metrics where they are read, else the recent median latency per output token (a
+        step per token, plus a little prefill and queueing); None with a fixed limit."""
+        if not self.adaptive:
+            return None
+        if self._engine is not None and self._engine.step_s is not None:
+            return self._engine.step_s
+        if self._gradient is not None:
+            kind = self._gradient.snapshot().kinds.get("per_token")
+            return kind.recent if kind is not None else None
+        return None
 
     def headroom(self, in_flight: int) -> float:
         """How much more this replica can take: its limit less what is on it and what its

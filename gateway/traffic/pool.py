@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -179,6 +180,15 @@ class Pool:
         for handle, sample in zip(handles, samples, strict=True):
             handle.capacity.update(now, handle.in_flight, sample)
         self._resize()
+        self.scheduler.set_pace(self._pace_s(handles))
+
+    @staticmethod
+    def _pace_s(handles: list[ReplicaHandle]) -> float:
+        """Lower classes may add about one request a step to each replica's batch: the
+        median replica's step time over the number of replicas (0: no pacing, with fixed
+        limits or before any step time is known)."""
+        steps = [s for h in handles if (s := h.capacity.step_s) is not None]
+        return statistics.median(steps) / len(handles) if steps else 0.0
 
     async def run_capacity(self, scrape: Scraper, interval_s: float) -> None:
         """`tune` every `interval_s`, for as long as the gateway runs. A tick that fails

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 
+from gateway.traffic.pacing import Pacer
 from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
     ClassLoad,
@@ -342,6 +343,8 @@ class FairScheduler:
         self._class_service: dict[int, ServiceTimeEstimator] = {}  # by class rank
         self._in_flight = 0
         self._in_flight_by_rank: dict[int, int] = {}
+        self._pacer = Pacer()
+        self._pace_timer: asyncio.TimerHandle | None = None
         self._dispatched = dict.fromkeys(self._ranks, 0)
         self._load = ClassLoad()
         self._shed: dict[tuple[str, str], int] = {}
@@ -368,6 +371,12 @@ class FairScheduler:
         self._cold_start_s = cold_start_s
         self._pump()
 
+    def set_pace(self, interval_s: float) -> None:
+        """Lower classes' dispatches beyond replacing finished requests at most one per
+        `interval_s` (gateway.traffic.pacing); 0: no pacing."""
+        self._pacer.set_interval(interval_s, self._clock())
+        self._pump()
+
     async def acquire(
         self,
         tenant: str,
@@ -389,7 +398,12 @@ class FairScheduler:
         now = self._clock()
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
         entry = Entry(tenant, weight, priority, self._ranks[priority], charge, deadline, now)
-        if not self._waiters and self._may_dispatch(entry.rank, now) and now < deadline:
+        if (
+            not self._waiters
+            and self._may_dispatch(entry.rank, now)
+            and now < deadline
+            and (entry.rank == self._top_rank or self._pacer.ready(now))
+        ):
             # Nobody waits and a slot is free: what push, pump and grant would do, at once.
             self._queue.dispatch_at_once(entry)
             return self._start(entry, now)
@@ -484,9 +498,22 @@ class FairScheduler:
                 self._drop(entry, "deadline_passed")
             elif not self._may_dispatch(entry.rank, now):
                 break  # no slot; or, for a lower class, the last slots kept for the top one
+            elif entry.rank != self._top_rank and not self._pacer.ready(now):
+                self._pump_later(self._pacer.wait_s(now))
+                break
             else:
                 self._grant(entry, now)
         self._recheck(now)
+
+    def _pump_later(self, delay_s: float) -> None:
+        """Pumps again once the pacer has a token (nothing else may come along to)."""
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): the next event pumps
+            return
+        self._pace_timer = loop.call_later(delay_s, self._pump)
 
     def _room(self, rank: int, now: float) -> int:
         """Slots a class may fill: all for the top class; for the others all but a reserve
@@ -559,6 +586,8 @@ class FairScheduler:
 
     def _start(self, entry: Entry, now: float) -> Slot:
         self._in_flight += 1
+        if entry.rank != self._top_rank:
+            self._pacer.take(now)
         self._in_flight_by_rank[entry.rank] = self._in_flight_by_rank.get(entry.rank, 0) + 1
         self._dispatched[entry.priority] = self._dispatched.get(entry.priority, 0) + 1
         self._load.record(now, entry.rank)
@@ -594,6 +623,7 @@ class FairScheduler:
     def _finish(self, entry: Entry, tokens: float, service_s: float | None) -> None:
         self._queue.complete(entry, tokens / entry.weight)
         self._in_flight -= 1
+        self._pacer.credit()
         self._in_flight_by_rank[entry.rank] -= 1
         if service_s is not None:
             self._service.observe(service_s)

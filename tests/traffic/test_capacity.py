@@ -158,3 +158,19 @@ def test_headroom_counts_the_engine_queue_and_kv_pressure() -> None:
     full = capacity(initial=10)
     full.update(0.25, 0, EngineSample(running=2, waiting=0, kv_usage=0.9))
     assert idle.headroom(2) > full.headroom(2)
+
+
+def test_the_step_time_for_pacing_comes_from_the_engine_else_from_latency() -> None:
+    """20 running making 250 tokens in 0.25 s: a 20 ms step. Without metrics, the recent
+    median latency per output token stands for it; a fixed replica is not paced."""
+    replica = capacity(initial=30)
+    assert replica.step_s is None
+    replica.update(0.0, 30, queue(0.0, 0.0, 0, 0.0, running=20, waiting=0))
+    replica.update(0.25, 30, queue(0.25, 0.0, 0, 250.0, running=20, waiting=0))
+    assert replica.step_s == pytest.approx(0.02)
+    blind = capacity(engine_name="", initial=30)
+    for i in range(5):
+        blind.observe("per_token", 0.03, 0.1 * i)
+    blind.update(0.5, 30, None)
+    assert blind.step_s == pytest.approx(0.03)
+    assert fixed_capacity(4).step_s is None
