@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 Vector = npt.NDArray[np.float32]
+_ENTRY_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def new_entry_id() -> str:
+    """Random: a hit's `x-cache-key` says nothing of the prompt, and cannot be guessed."""
+    return secrets.token_hex(16)
+
+
+def is_entry_id(value: str) -> bool:
+    return _ENTRY_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
 class CacheEntry:
-    entry_id: str  # random hex, unique across replicas
+    entry_id: str  # new_entry_id(): random hex, unique across replicas
     namespace: str  # opaque partition key from cache/policy.py: tenant (or shared group),
     # model and a hash of everything but the last user turn; never chosen by a client
     prompt: str  # the final user message: the only text that is embedded

@@ -10,7 +10,8 @@ one slot; KEYS[1] is always the stream, which routes the script to that slot):
     {p}:cache:lru:<ns>     zset: entry id -> last use (insert or hit), for LRU eviction
     {p}:cache:expiry       zset: entry id -> expiry (unix s), for the sweeper and resync
     {p}:cache:seq          counter: one per stream message, so a tailer can see a gap
-    {p}:cache:stream       stream: put (ns id vec exp), del (ns ids as JSON), flush (ns)
+    {p}:cache:stream       stream: put (ns id vec exp), del (ns ids as JSON: evicted or
+                           deleted), flush (ns)
 """
 
 from __future__ import annotations
@@ -135,5 +136,19 @@ end
 redis.call('DEL', k_keys(ns), k_lru(ns))
 publish(ARGV[3], 'op', 'flush', 'ns', ns)
 return #ids
+"""
+)
+
+# ARGV: P id maxlen. Returns the entry's namespace, or nil if there is no such entry.
+DELETE = (
+    _PRELUDE
+    + """
+local id = ARGV[2]
+local ns = redis.call('HGET', k_entry(id), 'ns')
+if not ns then return false end
+drop(ns, id)
+forget_if_empty(ns)
+publish(ARGV[3], 'op', 'del', 'ns', ns, 'ids', cjson.encode({id}))
+return ns
 """
 )

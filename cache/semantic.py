@@ -8,6 +8,9 @@ what it finds into responses and headers.
                               it is stored, the answer is served to an identical request
                               from memory (a client repeating a request at once hits)
     record_hit_later(entry)   likewise
+    delete(entry_id, tenants) one entry, on every replica (the store tells the others)
+    report_bad_hit(...)       a client says a hit was wrong: delete it, and tell the
+                              `on_bad_hit` hook (what an error-bounded policy learns from)
 
 Lookups fail open: past `budget_s`, or when the store or the embedder fails, `Lookup.failed`
 says why and the request goes to the model. `NullCache` is the disabled cache: every
@@ -17,7 +20,6 @@ lookup misses, nothing is stored.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
@@ -28,7 +30,7 @@ import numpy as np
 import orjson
 from anyio.abc import TaskGroup
 
-from cache.entry import CacheEntry
+from cache.entry import CacheEntry, new_entry_id
 from cache.policy import CacheKey
 from cache.store import CacheStore, CacheUnavailable
 
@@ -66,6 +68,21 @@ class Lookup:
 
 
 @dataclass(frozen=True)
+class BadHit:
+    """A hit a client reported wrong, after its entry was deleted: no prompt text."""
+
+    entry_id: str
+    namespace: str
+    model: str
+    tenant: str  # who reported it (a member of the entry's scope)
+    stored_for: str  # the tenant the entry was stored for
+    at: float  # unix seconds
+
+
+BadHitHook = Callable[[BadHit], None]
+
+
+@dataclass(frozen=True)
 class Answer:
     """A complete answer to store, with the identity it is stored under."""
 
@@ -92,6 +109,7 @@ class SemanticCache:
         semantic: bool = True,
         on_stage: StageHook | None = None,
         on_fail: FailHook | None = None,
+        on_bad_hit: BadHitHook | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -103,7 +121,10 @@ class SemanticCache:
         self._semantic = semantic
         self._on_stage = on_stage or (lambda stage, seconds: None)
         self._on_fail = on_fail or (lambda reason: None)
+        # The error-bounded mode's feed; nothing listens yet (the gateway counts reports).
+        self._on_bad_hit = on_bad_hit or (lambda hit: None)
         self._pending: dict[str, CacheEntry] = {}  # by exact key: answers being stored
+        self._deleted: set[str] = set()  # ids of pending answers deleted before stored
 
     async def lookup(self, key: CacheKey) -> Lookup:
         pending = self._pending.get(key.exact_key)
@@ -137,6 +158,34 @@ class SemanticCache:
 
     async def flush(self, tenants: Collection[str]) -> tuple[int, int]:
         return await flush_tenants(self._store, tenants)
+
+    async def delete(
+        self, entry_id: str, tenants: Collection[str] | None = None
+    ) -> CacheEntry | None:
+        """Removes one entry from every replica; the entry, or None when there is none or
+        it was stored for none of `tenants` (None: anyone's, as the admin API asks), so
+        that another scope's id reads as unknown. Raises CacheUnavailable."""
+        pending = next((e for e in self._pending.values() if e.entry_id == entry_id), None)
+        entry = pending or await self._store.entry(entry_id)
+        if entry is None or (tenants is not None and entry.tenant not in tenants):
+            return None
+        if pending is not None:  # not stored yet: _store_answer deletes it once it is
+            self._pending.pop(pending.exact_key, None)
+            self._deleted.add(entry_id)
+        await self._store.delete(entry_id)
+        return entry
+
+    async def report_bad_hit(
+        self, entry_id: str, tenant: str, tenants: Collection[str]
+    ) -> CacheEntry | None:
+        """`tenant` says the hit on `entry_id` was wrong: deletes the entry (as `delete`
+        with `tenants`, its cache scope's members) and feeds `on_bad_hit`."""
+        entry = await self.delete(entry_id, tenants)
+        if entry is not None:
+            at = time.time()
+            hit = BadHit(entry_id, entry.namespace, entry.model, tenant, entry.tenant, at)
+            self._on_bad_hit(hit)
+        return entry
 
     async def _find(self, key: CacheKey) -> Lookup:
         for tier, lookup_key in (("exact", key.exact_key), ("normalized", key.normalized_key)):
@@ -180,12 +229,15 @@ class SemanticCache:
                     embedded = await self._embedder.embed(answer.key.prompt)
                     entry = replace(entry, vector=embedded.vector, features=embedded.features)
                 await self._store.put(entry)
+                if entry.entry_id in self._deleted:  # reported bad while being stored
+                    await self._store.delete(entry.entry_id)
         except (TimeoutError, CacheUnavailable):
             self._on_fail("store")
         except Exception:
             _log.exception("cache store failed")
             self._on_fail("store_error")
         finally:
+            self._deleted.discard(entry.entry_id)
             if self._pending.get(entry.exact_key, entry).entry_id == entry.entry_id:
                 self._pending.pop(entry.exact_key, None)
 
@@ -193,7 +245,7 @@ class SemanticCache:
         """The entry to store; its vector comes later when the lookup embedded nothing."""
         key = answer.key
         return CacheEntry(
-            entry_id=secrets.token_hex(16),
+            entry_id=new_entry_id(),
             namespace=key.namespace,
             prompt=key.prompt,
             exact_key=key.exact_key,
@@ -224,6 +276,16 @@ class NullCache:
 
     async def flush(self, tenants: Collection[str]) -> tuple[int, int]:
         return 0, 0
+
+    async def delete(
+        self, entry_id: str, tenants: Collection[str] | None = None
+    ) -> CacheEntry | None:
+        return None
+
+    async def report_bad_hit(
+        self, entry_id: str, tenant: str, tenants: Collection[str]
+    ) -> CacheEntry | None:
+        return None
 
 
 AnswerCache = SemanticCache | NullCache

@@ -52,6 +52,8 @@ class CacheStore(Protocol):
     async def put(self, entry: CacheEntry) -> None: ...
     async def record_hit(self, entry_id: str) -> None: ...
     async def flush_namespace(self, namespace: str) -> int: ...
+    async def entry(self, entry_id: str) -> CacheEntry | None: ...
+    async def delete(self, entry_id: str) -> bool: ...
     async def namespaces_of(self, tenants: Collection[str]) -> set[str]: ...
     def stats(self) -> dict[str, int]: ...
 
@@ -230,6 +232,21 @@ class LocalCacheStore:
             await anyio.to_thread.run_sync(self._index.drop, namespace)
         self._dirty = self._dirty or bool(doomed)
         return len(doomed)
+
+    async def entry(self, entry_id: str) -> CacheEntry | None:
+        """A live entry by its id (a hit's `x-cache-key`), or None."""
+        slot = self._slots.get(entry_id)
+        return None if slot is None or slot.entry.expired(self._clock()) else slot.entry
+
+    async def delete(self, entry_id: str) -> bool:
+        """Removes one entry; False if there was none."""
+        slot = self._forget(entry_id)
+        if slot is None:
+            return False
+        self._dirty = True
+        async with self._index_lock:
+            await anyio.to_thread.run_sync(self._index_remove, [slot])
+        return True
 
     async def namespaces_of(self, tenants: Collection[str]) -> set[str]:
         """Namespaces holding an entry stored for one of `tenants` (to flush them)."""

@@ -116,7 +116,7 @@ class RedisCacheStore:
         self._stream = f"{self._p}:cache:stream"
         self._scripts = {
             name: self._redis.register_script(getattr(redis_scripts, name))
-            for name in ("PUT", "GET", "HIT", "EXPIRE", "FLUSH")
+            for name in ("PUT", "GET", "HIT", "EXPIRE", "FLUSH", "DELETE")
         }
         self._index = VectorIndex(dim, index_config)
         # Index changes, and this bookkeeping, happen in worker threads under _index_lock,
@@ -212,6 +212,25 @@ class RedisCacheStore:
             removed = int(await self._run("FLUSH", namespace, self._maxlen))
         await self._apply([_Change("flush", namespace, [])])
         return removed
+
+    async def entry(self, entry_id: str) -> CacheEntry | None:
+        """A live entry by its id (a hit's `x-cache-key`), or None."""
+        with _unavailable():
+            fields: Any = await self._redis.hgetall(self._entry_key(entry_id))
+        if not fields:
+            return None
+        entry = entry_from_fields(fields)
+        return None if entry.expired(self._clock()) else entry
+
+    async def delete(self, entry_id: str) -> bool:
+        """Removes one entry, here and (through the stream) from every replica's index;
+        False if there was none."""
+        with _unavailable():
+            namespace = await self._run("DELETE", entry_id, self._maxlen)
+        if namespace is None:
+            return False
+        await self._apply([_Change("del", namespace.decode(), [entry_id])])
+        return True
 
     async def namespaces_of(self, tenants: Collection[str]) -> set[str]:
         """Namespaces holding a live entry stored for one of `tenants` (to flush them)."""

@@ -65,6 +65,9 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     async def models(request: Request) -> Response:
         return await parts().pipeline.models(request)
 
+    async def cache_feedback(request: Request) -> Response:
+        return await parts().pipeline.cache_feedback(request)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -82,6 +85,7 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     routes = [
         *(Route(path, openai(kind), methods=["POST"]) for path, kind in OPENAI_ROUTES.items()),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/cache/feedback", cache_feedback, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),

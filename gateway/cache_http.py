@@ -1,5 +1,6 @@
 """The semantic cache on the request path, as HTTP: which requests probe it, hits as
-responses (whole or replayed as SSE), the `x-cache` headers, and the cache metrics.
+responses (whole or replayed as SSE), the `x-cache` headers, a client's report of a bad
+hit (`POST /v1/cache/feedback` with the hit's `x-cache-key`), and the cache metrics.
 What is looked up and stored, and how, is `cache.semantic`'s.
 """
 
@@ -12,9 +13,12 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from cache.entry import CacheEntry, is_entry_id
 from cache.policy import CacheKey, Mode, PolicySettings, cache_key, mode_for
 from cache.semantic import Answer, AnswerCache, Found, Lookup
 from cache.sse import StreamRecorder, replay
+from cache.store import CacheUnavailable
+from gateway.errors import BadRequest, CacheEntryNotFound, StateUnavailable
 from gateway.metrics import Metrics
 from gateway.openai_schema import OpenAIRequest
 from gateway.settings import Tenant
@@ -115,6 +119,22 @@ class HttpCache:
         answer = Answer(probe.key, probe.tenant, probe.model, body, probe.lookup.embedded)
         self.cache.store_later(answer)
 
+    async def report_bad_hit(self, tenant: str, members: list[str], body: bytes) -> CacheEntry:
+        """`tenant` reports a hit wrong (`{"id": its x-cache-key}`): deletes the entry, on
+        every replica, if it belongs to the tenant's cache scope (`members`), and counts it.
+        Raises CacheEntryNotFound (also for an entry of another scope: no oracle),
+        BadRequest, StateUnavailable."""
+        entry_id = _reported_id(body)
+        try:
+            found = await self.cache.report_bad_hit(entry_id, tenant, members)
+        except CacheUnavailable as exc:
+            message = "The cache store is unreachable; try again shortly."
+            raise StateUnavailable(message, retry_after=1) from exc
+        if found is None:
+            raise CacheEntryNotFound(f"No cache entry with id '{entry_id}'.", param="id")
+        self._metrics.cache_deleted(tenant, "bad_hit")
+        return found
+
     def _answer(self, probe: Probe, found: Found, streamed: bool, request_id: str) -> Response:
         answer = orjson.loads(found.entry.response)
         saved = _saved_tokens(answer)
@@ -129,6 +149,7 @@ class HttpCache:
             "x-request-id": request_id,
             "x-cache": "hit",
             "x-cache-tier": found.tier,
+            "x-cache-key": found.entry.entry_id,  # to report it: POST /v1/cache/feedback
             "x-cache-similarity": f"{found.similarity:.4f}",
             "x-cache-saved-tokens": str(saved),
             "age": str(max(0, int(time.time() - found.entry.created_at))),
@@ -138,6 +159,26 @@ class HttpCache:
             headers["cache-control"] = "no-cache"
             return Response(events, 200, headers, media_type="text/event-stream")
         return Response(orjson.dumps(answer), 200, headers, media_type="application/json")
+
+
+def reported(entry: CacheEntry, request_id: str) -> Response:
+    """The answer to a bad-hit report: the entry is gone."""
+    body = {"object": "cache.feedback", "id": entry.entry_id, "deleted": True}
+    return Response(orjson.dumps(body), 200, {"x-request-id": request_id}, "application/json")
+
+
+def _reported_id(body: bytes) -> str:
+    """The `id` of a feedback body; a malformed one reads as an unknown entry."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"We could not parse the JSON body of your request: {exc}") from exc
+    entry_id = parsed.get("id") if isinstance(parsed, dict) else None
+    if not isinstance(entry_id, str):
+        raise BadRequest("Missing required parameter: 'id' (a hit's x-cache-key).", param="id")
+    if not is_entry_id(entry_id):
+        raise CacheEntryNotFound("No cache entry with that id.", param="id")
+    return entry_id
 
 
 def _saved_split(answer: dict[str, Any]) -> tuple[int, int]:

@@ -120,6 +120,7 @@ async def build(
         access,
         lambda kind, query: build_report(kind, settings, query),
         lambda: [pool.view() for pool in pools.values()],
+        lambda tenant: metrics.cache_deleted(tenant, "admin"),
     )
     return Parts(store, pools, _health(settings, pools), pipeline, admin)
 

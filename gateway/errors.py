@@ -6,6 +6,7 @@
     ├── ModelNotAllowed           403     permission_error
     ├── ModelNotFound             404     invalid_request_error  (code model_not_found)
     ├── NotFound                  404     invalid_request_error  (unknown route)
+    ├── CacheEntryNotFound        404     invalid_request_error  (or another scope's entry)
     ├── MethodNotAllowed          405     invalid_request_error
     ├── RequestTimeout            408     invalid_request_error  (body too slow; closes)
     ├── BodyTooLarge              413     invalid_request_error
@@ -126,6 +127,12 @@ class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
     code = "unknown_url"
+
+
+class CacheEntryNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "cache_entry_not_found"
 
 
 class MethodNotAllowed(GatewayError):

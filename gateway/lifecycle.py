@@ -56,6 +56,7 @@ class Exchange:
     estimate: int = 0  # tokens reserved
     admission: Admission = _UNLIMITED
     cache: str = "none"  # the report's cache outcome when there is no probe
+    namespace: str | None = None  # likewise its namespace (a reported bad hit's)
     probe: Probe | None = None
     lease: Lease | None = None
     tap: UsageTap | None = None  # counts a stream's usage as it is relayed
@@ -185,7 +186,7 @@ def _event(exchange: Exchange, status: int, seconds: float, usage: TokenUsage) -
         status,
         round(seconds * 1000, 3),
         probe.outcome if probe is not None else exchange.cache,
-        probe.key.namespace if probe is not None else None,
+        probe.key.namespace if probe is not None else exchange.namespace,
         probe.similarity if probe is not None else None,
         usage.prompt,
         usage.completion,

@@ -111,6 +111,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self._cache_deleted = Counter(
+            "gateway_cache_deleted_entries",
+            "Cache entries deleted one by one: by an admin, or reported bad by a client.",
+            ["tenant", "cause"],
+            registry=r,
+        )
         self._cold_starts = Counter(
             "gateway_cold_starts",
             "Starts of a backend from zero ready replicas.",
@@ -163,6 +169,10 @@ class Metrics:
 
     def cache_fail_open(self, reason: str) -> None:
         self._cache_fail_open.labels(reason).inc()
+
+    def cache_deleted(self, tenant: str, cause: str) -> None:
+        """`cause`: "admin" (the entry's tenant) or "bad_hit" (the tenant who reported it)."""
+        self._cache_deleted.labels(tenant, cause).inc()
 
     def on_cold_start(self, backend: str) -> None:
         self._cold_starts.labels(backend).inc()

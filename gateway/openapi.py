@@ -20,7 +20,7 @@ _STATUS_TEXT = {
     400: "Bad request: the body is not JSON, or a field is missing or invalid.",
     401: "Missing, malformed or unknown API key.",
     403: "The key may not do this (a model the tenant may not use; a tenant key on /admin).",
-    404: "Unknown model, tenant, key or route (or the admin API is disabled).",
+    404: "Unknown model, tenant, key, cache entry or route (or the admin API is disabled).",
     408: "The request body did not arrive in time (code request_timeout); the connection closes.",
     409: "Conflicts with what exists (a tenant of that name; a key declared in config).",
     413: "The request body is too large.",
@@ -83,6 +83,7 @@ _OUTPUTS: list[type[BaseModel]] = [
     m.KeyDeleted,
     m.TenantUsage,
     m.CacheFlushed,
+    m.CacheEntryDeleted,
     m.Report,
     m.BackendList,
     m.ErrorBody,
@@ -185,6 +186,7 @@ def _openai_paths() -> dict[str, Any]:
         "/v1/chat/completions": post(ChatRequest, "Create a chat completion", True),
         "/v1/completions": post(CompletionRequest, "Create a completion", True),
         "/v1/embeddings": post(EmbeddingRequest, "Create embeddings", False),
+        "/v1/cache/feedback": _feedback_path(),
         "/v1/models": {
             "get": {
                 "summary": "The models the caller's tenant may use",
@@ -193,6 +195,38 @@ def _openai_paths() -> dict[str, Any]:
                 "responses": {**_ok(model_list, "The models."), **_errors(401, 503)},
             }
         },
+    }
+
+
+_ENTRY_ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+
+
+def _feedback_path() -> dict[str, Any]:
+    body = {
+        "type": "object",
+        "required": ["id"],
+        "properties": {"id": {**_ENTRY_ID, "description": "The bad hit's x-cache-key."}},
+    }
+    deleted = {
+        "type": "object",
+        "required": ["object", "id", "deleted"],
+        "properties": {
+            "object": {"const": "cache.feedback"},
+            "id": {"type": "string"},
+            "deleted": {"const": True},
+        },
+    }
+    return {
+        "post": {
+            "summary": "Report a cache hit as wrong: its entry is deleted on every replica",
+            "tags": ["cache"],
+            "security": [{"tenantKey": []}],
+            "requestBody": {"required": True, "content": {_JSON: {"schema": body}}},
+            "responses": {
+                **_ok(deleted, "The entry is deleted."),
+                **_errors(400, 401, 404, 408, 413, 503),
+            },
+        }
     }
 
 
@@ -257,6 +291,13 @@ def _admin_paths() -> dict[str, Any]:
             "parameters": tenant,
             "post": _admin_op(
                 "Drop a tenant's (or its cache group's) cache entries", m.CacheFlushed
+            ),
+        },
+        "/admin/cache/entries/{entry_id}": {
+            "parameters": _param("entry_id", _ENTRY_ID),
+            "delete": _admin_op(
+                "Delete one cache entry (a hit's x-cache-key) on every replica",
+                m.CacheEntryDeleted,
             ),
         },
         "/admin/backends": {

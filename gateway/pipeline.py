@@ -11,6 +11,8 @@
 
 and, however it ends, settle, release, store and record, from one place
 (gateway/lifecycle.py). Errors are typed (gateway/errors.py) and become responses there.
+`cache_feedback` is the short path of a client reporting a bad hit: authenticate, read,
+delete the entry within the tenant's cache scope (gateway/cache_http.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from starlette.responses import Response
 
 from backends.http import UpstreamResponse
 from gateway.body import BodyReader
-from gateway.cache_http import HttpCache
+from gateway.cache_http import HttpCache, reported
 from gateway.disconnect import unless_disconnected
 from gateway.errors import GatewayError, QuotaExceeded, StateUnavailable
 from gateway.lifecycle import Exchange, Lifecycle
@@ -90,6 +92,24 @@ class Pipeline:
                 return await self._models(exchange)
         except GatewayError as error:
             return error.to_response(exchange.request_id)
+
+    async def cache_feedback(self, request: Request) -> Response:
+        exchange = self._lifecycle.begin(request)  # reported: the cache report counts it
+        try:
+            async with exchange:
+                return await self._feedback(request, exchange)
+        except GatewayError as error:
+            return error.to_response(exchange.request_id)
+
+    async def _feedback(self, request: Request, exchange: Exchange) -> Response:
+        self._body.check_declared(exchange.headers)
+        tenant = await self._authenticate(exchange)
+        raw = await self._body.read(request)
+        exchange.cache = "reported"
+        _, members = self._catalog.cache_scope(tenant.name)
+        entry = await self._cache.report_bad_hit(tenant.name, members, raw)
+        exchange.model, exchange.namespace = entry.model, entry.namespace
+        return reported(entry, exchange.request_id)
 
     async def _serve(self, request: Request, kind: Kind, exchange: Exchange) -> Response:
         self._body.check_declared(exchange.headers)

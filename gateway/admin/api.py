@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from cache.entry import is_entry_id
 from cache.semantic import AnswerCache
 from cache.store import CacheUnavailable
 from gateway.accesslog import AccessLog
@@ -30,6 +31,7 @@ from gateway.admin.models import (
     ISO_TIME,
     BackendList,
     BudgetUsage,
+    CacheEntryDeleted,
     CacheFlushed,
     KeyCreated,
     KeyDeleted,
@@ -54,6 +56,7 @@ from gateway.admin.reports import (
 from gateway.errors import (
     BadRequest,
     BodyTooLarge,
+    CacheEntryNotFound,
     GatewayError,
     StateUnavailable,
     as_error,
@@ -104,6 +107,7 @@ class AdminApi:
     access: AccessLog
     reports: ReportSource  # gateway.admin.reports.build_report, with the settings bound
     backends: Callable[[], list[dict[str, Any]]] = list  # each backend's capacity view
+    on_entry_deleted: Callable[[str], None] = lambda tenant: None  # counts it (metrics)
 
     async def handle(
         self, request: Request, action: Callable[[Request], Awaitable[Answer]]
@@ -239,17 +243,20 @@ class AdminApi:
         )
 
     async def flush_cache(self, request: Request) -> Answer:
-        tenant = self.directory.catalog.tenant(await self._tenant_name(request))
-        group = tenant.cache_group
-        members = [tenant.name]
-        if group is not None:
-            listing = self.directory.catalog.listing()
-            members = sorted({tenant.name, *(t.name for t, _ in listing if t.cache_group == group)})
+        name = await self._tenant_name(request)
+        scope, members = self.directory.catalog.cache_scope(name)
         namespaces, removed = await self.cache.flush(members)
-        scope = f"group:{group}" if group is not None else f"tenant:{tenant.name}"
         return 200, CacheFlushed(
-            tenant=tenant.name, scope=scope, tenants=members, namespaces=namespaces, removed=removed
+            tenant=name, scope=scope, tenants=members, namespaces=namespaces, removed=removed
         )
+
+    async def delete_cache_entry(self, request: Request) -> Answer:
+        entry_id = str(request.path_params["entry_id"])
+        entry = await self.cache.delete(entry_id) if is_entry_id(entry_id) else None
+        if entry is None:
+            raise CacheEntryNotFound(f"No cache entry with id '{entry_id}'.")
+        self.on_entry_deleted(entry.tenant)
+        return 200, CacheEntryDeleted(id=entry_id, tenant=entry.tenant, model=entry.model)
 
     # --- backends ----------------------------------------------------------------------
 
@@ -321,6 +328,7 @@ ROUTES: list[tuple[str, str, Callable[[AdminApi, Request], Awaitable[Answer]]]] 
     ("/admin/keys/{key_id}", "DELETE", AdminApi.revoke_key),
     ("/admin/tenants/{name}/usage", "GET", AdminApi.usage),
     ("/admin/tenants/{name}/cache/flush", "POST", AdminApi.flush_cache),
+    ("/admin/cache/entries/{entry_id}", "DELETE", AdminApi.delete_cache_entry),
     ("/admin/backends", "GET", AdminApi.list_backends),
     ("/admin/reports/cache", "GET", AdminApi.cache_report),
     ("/admin/reports/cold-start", "GET", AdminApi.cold_start_report),

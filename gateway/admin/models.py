@@ -125,6 +125,14 @@ class CacheFlushed(_Out):
     removed: int  # entries
 
 
+class CacheEntryDeleted(_Out):
+    object: Literal["cache.entry.deleted"] = "cache.entry.deleted"
+    id: str  # the entry's id: a hit's x-cache-key
+    tenant: str  # the tenant it was stored for
+    model: str
+    deleted: Literal[True] = True
+
+
 class Report(RootModel[dict[str, Any]]):
     """A report as `gateway report --format json` prints it (gateway/admin/reports)."""
 

@@ -77,6 +77,16 @@ class Catalog:
     def models_for(self, tenant: str) -> list[str]:
         return [model for model in self._routes if self.allows(tenant, model)]
 
+    def cache_scope(self, name: str) -> tuple[str, list[str]]:
+        """The cache scope of tenant `name` (`tenant:NAME`, or `group:NAME` when it shares
+        a cache group) and the tenants in it now, whose entries it may flush or delete."""
+        tenant = self.tenant(name)
+        group = tenant.cache_group
+        if group is None:
+            return f"tenant:{name}", [name]
+        members = {name, *(t.name for t in self._tenants.values() if t.cache_group == group)}
+        return f"group:{group}", sorted(members)
+
     def tenant(self, name: str) -> Tenant:
         tenant = self._tenants.get(name)
         if tenant is None:

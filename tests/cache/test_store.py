@@ -213,6 +213,24 @@ async def test_flush_namespace(make_store: Callable[..., CacheStore]) -> None:
         ]
 
 
+async def test_delete_one_entry_by_its_id(make_store: Callable[..., CacheStore]) -> None:
+    store = make_store()
+    async with running(store):
+        doomed, kept = entry(1), entry(2)
+        for item in (doomed, kept):
+            await store.put(item)
+        assert same(await store.entry(doomed.entry_id), doomed)
+        assert await store.delete(doomed.entry_id) is True
+        assert await store.delete(doomed.entry_id) is False
+        assert await store.entry(doomed.entry_id) is None
+        assert await store.get_by_key("ns", doomed.exact_key) is None
+        assert await store.get_by_key("ns", doomed.normalized_key) is None
+        hits = await store.nearest("ns", doomed.vector, k=5, floor=-1.0)
+        assert [h[0].entry_id for h in hits] == [kept.entry_id]
+        assert same(await store.get_by_key("ns", kept.exact_key), kept)
+        assert store.stats()["entries"] == 1
+
+
 async def test_putting_an_id_again_replaces_the_entry(
     make_store: Callable[..., CacheStore],
 ) -> None:
@@ -346,6 +364,31 @@ async def test_an_insert_on_one_replica_is_served_by_another_within_a_second(
         async with running(late):
             hits = await late.nearest("ns", stored.vector, k=1, floor=0.9)
             assert same(hits[0][0], stored) and late.stats()["entries"] == 1
+
+
+async def test_a_delete_on_one_replica_reaches_every_index(
+    replica: Callable[..., RedisCacheStore],
+) -> None:
+    first, second = replica(), replica()
+    async with running(first, second):
+        doomed, kept = entry(1), entry(2)
+        for item in (doomed, kept):
+            await first.put(item)
+
+        async def both_there() -> bool:
+            return len(await second.nearest("ns", doomed.vector, k=5, floor=-1.0)) == 2
+
+        await eventually(both_there)
+        assert await second.delete(doomed.entry_id) is True  # not the replica that stored it
+
+        async def gone_there() -> bool:
+            return first.stats()["entries"] == 1 and second.stats()["entries"] == 1
+
+        await eventually(gone_there)
+        for store in (first, second):
+            hits = await store.nearest("ns", doomed.vector, k=5, floor=-1.0)
+            assert [h[0].entry_id for h in hits] == [kept.entry_id]
+            assert await store.entry(doomed.entry_id) is None
 
 
 async def test_flush_and_evictions_propagate(replica: Callable[..., RedisCacheStore]) -> None:

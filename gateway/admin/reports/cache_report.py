@@ -8,6 +8,10 @@ requests answered 404 (an unknown model, or one that does not serve the endpoint
 chat request to an embedding-only model): whatever their probe said, there was never an
 answer to find, so they count as not cacheable, not as misses (see `outcome`).
 
+A client's report of a bad hit (`POST /v1/cache/feedback`, recorded with cache `reported`)
+is not a request: it counts in `reported_bad_hits` (those that deleted an entry), by
+tenant and model and by namespace.
+
 Similarity is bucketed from the semantic tier's search floor (`cache.decision`), below
 which the tier sees no candidate at all.
 """
@@ -27,6 +31,7 @@ from gateway.settings import Price
 
 Record = dict[str, Any]
 HIT_TIERS = frozenset({"exact", "normalized", "semantic"})
+REPORTED = "reported"  # a bad-hit report's event (gateway.pipeline.cache_feedback)
 LATENCY_EDGES_MS = [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
 SEARCH_FLOOR = DecisionSettings().similarity_floor  # no candidate is seen below it
 SIMILARITY_STEP = 0.02
@@ -52,9 +57,13 @@ class Tally:
     miss_reasons: dict[str, int] = field(default_factory=dict)  # "budget": failed open...
     saved_tokens: int = 0
     saved_cost_usd: float = 0.0
+    reported_bad_hits: int = 0
     tenants: set[str] = field(default_factory=set)
 
     def add(self, event: Record, cost: float) -> None:
+        if event.get("cache") == REPORTED:
+            self.reported_bad_hits += 1
+            return
         self.requests += 1
         tier = outcome(event)
         if tier in HIT_TIERS:
@@ -99,6 +108,8 @@ def selected(events: Iterable[Record], query: ReportQuery) -> list[Record]:
 def cache_report(
     events: list[Record], query: ReportQuery, pricing: Mapping[str, Price]
 ) -> dict[str, Any]:
+    # A report that deleted nothing (an unknown id) says nothing about the cache.
+    events = [e for e in events if e.get("cache") != REPORTED or e.get("status") == 200]
     costs = [saved_cost(e, pricing) for e in events]
     total = Tally()
     for event, cost in zip(events, costs, strict=True):
@@ -149,6 +160,7 @@ def _totals(t: Tally) -> dict[str, Any]:
         "semantic_hit_rate": rate(t.semantic_hits, t.lookups),
         "saved_tokens": t.saved_tokens,
         "saved_cost_usd": round(t.saved_cost_usd, 6),
+        "reported_bad_hits": t.reported_bad_hits,
     }
 
 
@@ -208,6 +220,7 @@ def _top_namespaces(events: list[Record], costs: list[float]) -> list[dict[str, 
             "hits": t.hits,
             "hit_rate": rate(t.hits, t.lookups),
             "saved_tokens": t.saved_tokens,
+            "reported_bad_hits": t.reported_bad_hits,
         }
         for (namespace, model), t in ranked[:TOP_NAMESPACES]
     ]
@@ -242,6 +255,7 @@ def _by_tenant_model(
             "hit_rate": rate(t.hits, t.lookups),
             "saved_tokens": t.saved_tokens,
             "saved_cost_usd": round(t.saved_cost_usd, 6),
+            "reported_bad_hits": t.reported_bad_hits,
             "priced": model in pricing,  # else the cost saved is unknown, not zero
         }
         for (tenant, model), t in sorted(groups.items())

@@ -26,6 +26,7 @@ def render_cache(console: Console, report: dict[str, Any]) -> None:
     summary.add_column("hit rate")
     summary.add_column("saved tokens")
     summary.add_column("saved USD")
+    summary.add_column("reported bad")
     summary.add_row(
         *(str(t[k]) for k in ("requests", "lookups", "hits", "exact_hits", "semantic_hits")),
         str(t["misses"]),
@@ -33,6 +34,7 @@ def render_cache(console: Console, report: dict[str, Any]) -> None:
         _pct(t["hit_rate"]),
         str(t["saved_tokens"]),
         f"{t['saved_cost_usd']:.4f}",
+        str(t.get("reported_bad_hits", 0)),
     )
     console.print(summary)
     reasons = t.get("miss_reasons") or {}

@@ -339,3 +339,21 @@ def test_misses_are_counted_by_why_and_budget_fail_opens_apart() -> None:
         "store": 1,
     }
     assert (totals["failed_open"], totals["failed_open_budget"]) == (3, 2)
+
+
+def test_bad_hit_reports_are_counted_apart_from_requests() -> None:
+    """A client's report of a bad hit (POST /v1/cache/feedback) is not a request: it counts
+    in `reported_bad_hits` where it deleted an entry (200), and nowhere when it found none."""
+    query = ReportQuery.parse("1h", now=NOW)
+    at = NOW.timestamp() - 1
+    reported = [
+        RequestEvent(at, "r", "t", "echo", None, 200, 1.0, "reported", "ns1"),
+        RequestEvent(at, "r", "t", None, None, 404, 1.0, "reported"),
+    ]
+    events = [dataclasses.asdict(e) for e in (event(at, "exact", saved_tokens=3), *reported)]
+    report = cache_report(events, query, {})
+    totals = report["totals"]
+    assert (totals["requests"], totals["hits"], totals["reported_bad_hits"]) == (1, 1, 1)
+    assert totals["hit_rate"] == 1.0 and totals["not_cacheable"] == 0
+    assert [n["reported_bad_hits"] for n in report["top_namespaces"]] == [1]
+    assert [r["reported_bad_hits"] for r in report["by_tenant_model"]] == [1]

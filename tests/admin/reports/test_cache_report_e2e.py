@@ -194,6 +194,7 @@ def test_cache_report_counts_match_the_requests(gateway: Gateway, tmp_path: Path
             "hit_rate": totals["hit_rate"],
             "saved_tokens": sent.saved_tokens,
             "saved_cost_usd": totals["saved_cost_usd"],
+            "reported_bad_hits": 0,
             "priced": True,
         }
     ]
