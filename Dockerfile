@@ -80,6 +80,9 @@ RUN if [ "$VARIANT" = "cpu" ]; then \
         && pip install --no-deps --force-reinstall "faiss-gpu==1.15.1"; \
     fi \
     && python -c "import gateway.cli, backends.worker"
+# The embedder's ONNX graph, exported next to the packaged model (the runtime user cannot
+# write there; without it, the gateway would export one under cache.path at each start).
+RUN if [ "$VARIANT" = "cpu" ]; then python -m cache.onnx_export; fi
 
 # ---- runtime ----------------------------------------------------------------------------
 FROM base AS runtime

@@ -2,8 +2,12 @@
 
 Through the gateway (`level: gateway`): starts the fake upstream (tests/support/
 fake_upstream.py, model `echo`) and a gateway with the cache on (the `memory` state
-store, so a `LocalCacheStore` snapshotted to `<cache.path>/entries.bin`, and a lookup
-budget of 30 s so that no hit is turned into a miss by the budget). Before it starts,
+store, so a `LocalCacheStore` snapshotted to `<cache.path>/entries.bin`, and the default
+lookup budget of 50 ms: past it, or when the embedder could not embed the prompt within
+it, a lookup fails open, and `cache_wait_p99_ms` shows whether any request waited longer).
+With `--embedder onnx,torch` the gateway phase runs once per embedder backend (`embedder`
+in each line: gateway/settings.py `cache.embedder`), one after the other, on the same
+prompts. Before it starts,
 its snapshot file is pre-filled with filler entries in the benchmark's namespace
 (bench/cache_latency_data.py: synthetic prompts with random unit vectors, never a
 candidate), so that the namespace holds `entries` (10k, 100k) entries. Then a few hundred
@@ -50,18 +54,31 @@ entries, level (gateway, component), index (flat, hnsw):
                                               snapshot writes included) per counted hit
     settle_s                                  gateway start: ready until its CPU went idle
     snapshot_writes, snapshot_busy_fraction   during the gateway's measured rounds
+    cache_wait_p99_ms, cache_wait_max_ms      how long requests waited on the cache lookup
+                                              (hit or not, from each answer's Server-Timing)
+    fail_open_fraction                        semantic: answers whose lookup failed open
+                                              (any reason) / all answers
     target_met                                1/0: semantic hit p50 < 15 ms, exact hit p50
                                               < 2 ms (gateway, concurrency 1)
-    embed_alone_p50_ms, embed_alone_p90_ms    the forward pass alone for one semantic query,
+    embed_alone_p50_ms, embed_alone_p90_ms    the forward pass alone for one semantic query
+    embed_batch8_p50_ms, embed_batch8_p90_ms  (batch8: for eight),
                                               in this process after the gateways stopped
                                               (`path`: library = sentence-transformers'
                                               own, the baseline; fast = cache/bert.py;
-                                              `precision`; `default`: what the gateway ran)
+                                              onnx = ONNX Runtime; `precision`; `default`:
+                                              what `embedder: auto` runs here)
     load_avg_1m                               the machine's load at the start and the end
 
     python bench/cache_latency.py            # 10k and 100k, gateway and component, ~7 min
     python bench/cache_latency.py --quick    # 10k through the gateway only, under a minute
     python bench/cache_latency.py --component-hnsw   # full, plus in-process 100k as HNSW
+    python bench/cache_latency.py --quick --embedder torch,onnx   # both, side by side
+    python bench/cache_latency.py --quick --model-ms 200   # misses take a model's time
+
+With the fake model answering at once, a closed-loop client whose lookup failed open is
+back within a millisecond: at concurrency 64 the failed-open requests then flood the
+gateway and take the CPU from the embedder. `--model-ms` gives misses a model's latency
+(direct latencies then include it too).
 
 Exits 1 if any request failed (the numbers are printed all the same).
 """
@@ -108,10 +125,12 @@ KEY = "bench-" + "c" * 40
 CHAT_PATH = "/chat/completions"
 CONCURRENCIES = (1, 64)
 KINDS = ("exact", "semantic")
+FAILS = ("budget", "embedder_busy", "store", "error")  # x-cache-miss-reason: failed open
 TARGETS_MS = {"semantic": 15.0, "exact": 2.0}  # p50 at concurrency 1, through the gateway
-# Generous: at concurrency 64 a semantic lookup waits for up to two batched forward passes
-# (about a second here), and a lookup past the budget is a miss that stores the rewording.
-LOOKUP_BUDGET_MS = 30_000
+# The gateway's default (gateway/settings.py): under load, lookups the embedder cannot
+# serve in time fail open (`embedder_busy`, or `budget` past it); the answers of lookups
+# that failed open for load are not stored, so the rewordings stay rewordings.
+LOOKUP_BUDGET_MS = 50
 FLAT_MAX = 20_000  # cache/index.py IndexConfig.flat_max: HNSW above it
 
 
@@ -183,7 +202,9 @@ def index_kind(entries: int) -> str:
 # --- the gateway -------------------------------------------------------------------------
 
 
-def gateway_config(upstream_url: str, work_dir: Path, cache_dir: Path, entries: int) -> Any:
+def gateway_config(
+    upstream_url: str, work_dir: Path, cache_dir: Path, entries: int, embedder: str
+) -> Any:
     from tests.conftest import fake_backend
 
     return {
@@ -193,6 +214,7 @@ def gateway_config(upstream_url: str, work_dir: Path, cache_dir: Path, entries: 
             "enabled": True,
             "path": str(cache_dir),
             "lookup_budget_ms": LOOKUP_BUDGET_MS,
+            "embedder": embedder,
             # Room above `entries` for the rewordings the decision refused (stored as misses).
             "max_entries_per_namespace": int(entries * 1.2),
         },
@@ -245,13 +267,14 @@ class Client:
 
 def store_prompts(client: Client, prompts: list[str], deadline_s: float = 120.0) -> None:
     """Asks each prompt (a miss, stored after the answer), then waits until all hit."""
-    with ThreadPoolExecutor(32) as pool:
+    # Eight at a time: a lookup that fails open (the embedder saturated) is not stored.
+    with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(client.ask, prompts))
     misses = sum(a.headers.get("x-cache") == "miss" for a in answers)
     progress(f"  stored {len(prompts)} prompts ({misses} were misses)")
     pending, deadline = list(prompts), time.monotonic() + deadline_s
     while pending:
-        with ThreadPoolExecutor(32) as pool:
+        with ThreadPoolExecutor(8) as pool:
             tiers = list(pool.map(lambda p: client.ask(p).headers.get("x-cache-tier"), pending))
         pending = [p for p, tier in zip(pending, tiers, strict=True) if tier != "exact"]
         if pending and time.monotonic() > deadline:
@@ -270,7 +293,8 @@ def screen_rewordings(client: Client, pairs: list[tuple[str, str]]) -> list[str]
         semantic = answer.headers.get("x-cache-tier") == "semantic"
         return semantic and bool(content == f"echo: {stored}")
 
-    with ThreadPoolExecutor(32) as pool:
+    # A few at a time: a rewording whose lookup failed open would be lost to the screen.
+    with ThreadPoolExecutor(4) as pool:
         accepted = list(pool.map(served, pairs))
     return [asked for (_, asked), ok in zip(pairs, accepted, strict=True) if ok]
 
@@ -349,6 +373,7 @@ class Series:
     first_error: str | None = None
     other: dict[str, int] = field(default_factory=dict)
     gateway_cpu_s: float = 0.0
+    cache_waits_ms: list[float] = field(default_factory=list)
     stage_s: dict[str, float] = field(default_factory=dict)
     stage_n: dict[str, float] = field(default_factory=dict)
 
@@ -358,6 +383,7 @@ class Series:
         self.seconds += result.duration_s
         self.errors += result.errors
         self.first_error = self.first_error or result.first_error
+        self.cache_waits_ms.extend(result.cache_waits_ms)
         for label, n in result.other.items():
             self.other[label] = self.other.get(label, 0) + n
 
@@ -375,8 +401,10 @@ class GatewayBench:
         client: Client,
         upstream_url: str,
         entries: int,
+        embedder: str,
     ) -> None:
         self.plan = plan
+        self.embedder = embedder
         self.loadgen = loadgen
         self.client = client
         self.entries = entries
@@ -444,12 +472,17 @@ class GatewayBench:
             "entries": self.entries,
             "level": "gateway",
             "index": index_kind(self.entries),
+            "embedder": self.embedder,
         }
         p50 = percentile(series.latencies_ms, 50)
         self.p50[(kind, concurrency)] = p50
         emit("hit_latency_p50_ms", round(p50, 3), "ms", **params)
         emit("hit_latency_p99_ms", round(percentile(series.latencies_ms, 99), 3), "ms", **params)
         emit("lookups_per_s", round(series.rps, 1), "lookups/s", **params)
+        if series.cache_waits_ms:
+            waits = series.cache_waits_ms
+            emit("cache_wait_p99_ms", round(percentile(waits, 99), 3), "ms", **params)
+            emit("cache_wait_max_ms", round(max(waits), 3), "ms", **params)
         if series.completed:
             cpu_ms = series.gateway_cpu_s / series.completed * 1000.0
             emit("gateway_cpu_ms_per_req", round(cpu_ms, 3), "ms", **params)
@@ -457,6 +490,13 @@ class GatewayBench:
         if kind == "semantic":
             fraction = len(series.latencies_ms) / answers if answers else 0.0
             emit("hit_fraction", round(fraction, 4), "ratio", **params)
+            failed = sum(n for label, n in series.other.items() if label.split(":")[1] in FAILS)
+            emit(
+                "fail_open_fraction",
+                round(failed / answers if answers else 0.0, 4),
+                "ratio",
+                **params,
+            )
             report_stages(series.stage_s, series.stage_n, params)
         if series.other:
             progress(f"  {kind} c={concurrency}: answers not counted: {series.other}")
@@ -487,6 +527,7 @@ class GatewayBench:
                 concurrency=1,
                 entries=self.entries,
                 level="gateway",
+                embedder=self.embedder,
             )
 
 
@@ -520,12 +561,13 @@ def gateway_phase(
     real: list[StoredEntry] | None,
     prepared: Prepared | None,
     models_ready: threading.Event,
+    embedder: str,
 ) -> tuple[Prepared, Path, bool]:
     """One gateway with `entries` in the namespace; returns what was stored and where.
 
     The first one (`real` None) stores the real prompts through requests and finds the
     semantic rewordings; later ones start with the entries it stored (`real`)."""
-    cache_dir = work_dir / f"cache-{entries}"
+    cache_dir = work_dir / f"cache-{embedder}-{entries}"
     snapshot = cache_dir / "entries.bin"
     pairs = data.real_prompts(plan.real_prompts)
     started = time.monotonic()
@@ -534,9 +576,14 @@ def gateway_phase(
         data.write_namespace(snapshot, entries - len(pairs), [], filler_tokens=12)
     else:
         data.write_namespace(snapshot, entries, real, filler_tokens=12)
-    progress(f"gateway, {entries} entries: snapshot written in {time.monotonic() - started:.1f} s")
+    progress(
+        f"gateway ({embedder}), {entries} entries: snapshot written in "
+        f"{time.monotonic() - started:.1f} s"
+    )
     gateway = start_gateway_process(
-        gateway_config(upstream_url, work_dir, cache_dir, entries), work_dir, timeout_s=600
+        gateway_config(upstream_url, work_dir, cache_dir, entries, embedder),
+        work_dir,
+        timeout_s=600,
     )
     client = Client(gateway)
     try:
@@ -561,13 +608,13 @@ def gateway_phase(
                 raise RuntimeError("no rewording was served from the semantic tier")
             prepared = Prepared(stored, reworded)
         settle = wait_idle(pid, timeout_s=900)
-        emit("settle_s", round(settle, 1), "s", entries=entries, level="gateway")
+        emit("settle_s", round(settle, 1), "s", entries=entries, level="gateway", embedder=embedder)
         progress(f"  gateway settled after {settle:.1f} s")
         models_ready.wait()
-        bench = GatewayBench(plan, loadgen, gateway, client, upstream_url, entries)
+        bench = GatewayBench(plan, loadgen, gateway, client, upstream_url, entries, embedder)
         with SnapshotWatch(snapshot) as watch:
             bench.run(prepared.stored, prepared.reworded)
-        params = {"entries": entries, "level": "gateway"}
+        params = {"entries": entries, "level": "gateway", "embedder": embedder}
         emit("snapshot_writes", watch.writes, "count", **params)
         emit("snapshot_busy_fraction", round(watch.busy_fraction, 3), "ratio", **params)
         bench.report_targets()
@@ -651,7 +698,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also measure the in-process 100k namespace as HNSW (builds it: ~2 more minutes)",
     )
+    parser.add_argument(
+        "--embedder",
+        default="auto",
+        help="the gateway's cache.embedder, or several separated by commas (e.g. torch,onnx): "
+        "the gateway phase runs once per backend, in that order (default: auto)",
+    )
+    parser.add_argument(
+        "--model-ms",
+        type=float,
+        default=0.0,
+        help="the fake model answers after this long (default 0: at once); with a model's "
+        "latency, a lookup that fails open costs its client what a miss costs",
+    )
     args = parser.parse_args(argv)
+    embedders = [name.strip() for name in args.embedder.split(",") if name.strip()]
     plan = QUICK if args.quick else FULL
     if args.component_hnsw:
         plan = dataclasses.replace(plan, component_hnsw=True)
@@ -670,7 +731,8 @@ def main(argv: list[str] | None = None) -> int:
         if not plan.component_entries:
             models_ready.set()
         try:
-            upstream, upstream_url = start_fake_upstream(work_dir)
+            upstream, upstream_url = start_fake_upstream(work_dir, args.model_ms)
+            emit("model_ms", args.model_ms, "ms")
             loadgen.start()
             if plan.component_entries:
                 loader = threading.Thread(target=_load_models, args=(models, models_ready))
@@ -678,15 +740,26 @@ def main(argv: list[str] | None = None) -> int:
                 loader.start()
             prepared: Prepared | None = None
             real: list[StoredEntry] | None = None
-            need_real = len(plan.gateway_entries) > 1 or bool(plan.component_entries)
-            for entries in plan.gateway_entries:
-                prepared, snapshot, phase_failed = gateway_phase(
-                    plan, work_dir, upstream_url, loadgen, entries, real, prepared, models_ready
-                )
-                failed = failed or phase_failed
-                if real is None and need_real:
-                    real = data.real_entries(snapshot)
-                    progress(f"  {len(real)} real entries stored by the gateway")
+            need_real = (
+                len(plan.gateway_entries) > 1 or len(embedders) > 1 or bool(plan.component_entries)
+            )
+            for embedder in embedders:
+                for entries in plan.gateway_entries:
+                    prepared, snapshot, phase_failed = gateway_phase(
+                        plan,
+                        work_dir,
+                        upstream_url,
+                        loadgen,
+                        entries,
+                        real,
+                        prepared,
+                        models_ready,
+                        embedder,
+                    )
+                    failed = failed or phase_failed
+                    if real is None and need_real:
+                        real = data.real_entries(snapshot)
+                        progress(f"  {len(real)} real entries stored by the gateway")
             if plan.component_entries:
                 models_ready.wait()
                 if not models:
@@ -710,10 +783,11 @@ def emit_load(when: str) -> None:
 
 
 def embed_phase(queries: list[str], rounds: int) -> None:
-    """The forward pass alone, in this process, one semantic query at a time: the gateway's
-    embedder (`default`: true) beside sentence-transformers' own path in float32 (`path`:
-    library, what the embedder ran before cache/bert.py) and the fast path in each
-    precision. Variants alternate query by query, so the machine's load hits all alike."""
+    """The forward pass alone, in this process: sentence-transformers' own path in float32
+    (`path`: library, what the embedder ran before cache/bert.py), the fast path in each
+    precision, and ONNX Runtime (`onnx`); `default`: what `embedder: auto` runs here. One
+    semantic query at a time (`embed_alone_*`), and eight at a time (`embed_batch8_*`).
+    Variants alternate pass by pass, so the machine's load hits all alike."""
     import torch
 
     from cache.embedder import SentenceEncoder, load_embedder
@@ -721,31 +795,36 @@ def embed_phase(queries: list[str], rounds: int) -> None:
     if not queries:
         return
     progress("embed: the forward pass alone")
+    model = load_embedder(backend="torch").model
+    onnx = load_embedder(backend="onnx")
     default = load_embedder()
-    variants = {
-        ("library", "float32"): SentenceEncoder(default.model, fast=False),
-        ("fast", "float32"): SentenceEncoder(default.model, "float32"),
-        ("fast", "bfloat16"): SentenceEncoder(default.model, "bfloat16"),
+    variants: dict[tuple[str, str], Any] = {
+        ("library", "float32"): SentenceEncoder(model, fast=False),
+        ("fast", "float32"): SentenceEncoder(model, "float32"),
+        ("fast", "bfloat16"): SentenceEncoder(model, "bfloat16"),
+        ("onnx", "float32"): onnx,
     }
-    times: dict[tuple[str, str], list[float]] = {key: [] for key in variants}
+    default_key = ("onnx" if default.backend == "onnx" else "fast", default.precision)
     for encoder in variants.values():
         encoder.encode(queries[:8])  # first passes allocate and pick kernels
-    for _ in range(rounds):
-        for query in queries:
-            for key, encoder in variants.items():
-                sent = time.perf_counter()
-                encoder.encode([query])
-                times[key].append((time.perf_counter() - sent) * 1000.0)
-    for (path, precision), samples in times.items():
-        params = {
-            "path": path,
-            "precision": precision,
-            "default": path == "fast" and precision == default.precision,
-            "threads": torch.get_num_threads(),
-            "level": "component",
-        }
-        emit("embed_alone_p50_ms", round(percentile(samples, 50), 3), "ms", **params)
-        emit("embed_alone_p90_ms", round(percentile(samples, 90), 3), "ms", **params)
+    for size, metric in ((1, "embed_alone"), (8, "embed_batch8")):
+        times: dict[tuple[str, str], list[float]] = {key: [] for key in variants}
+        for _ in range(rounds):
+            for start in range(0, len(queries) - size + 1, size):
+                for key, encoder in variants.items():
+                    sent = time.perf_counter()
+                    encoder.encode(queries[start : start + size])
+                    times[key].append((time.perf_counter() - sent) * 1000.0)
+        for (path, precision), samples in times.items():
+            params = {
+                "path": path,
+                "precision": precision,
+                "default": (path, precision) == default_key,
+                "threads": torch.get_num_threads(),
+                "level": "component",
+            }
+            emit(f"{metric}_p50_ms", round(percentile(samples, 50), 3), "ms", **params)
+            emit(f"{metric}_p90_ms", round(percentile(samples, 90), 3), "ms", **params)
 
 
 def _load_models(out: list[Any], ready: threading.Event) -> None:

@@ -115,8 +115,8 @@ async def _measure(
     runs: list[Run],
     hnsw: bool,
 ) -> list[ComponentResult]:
+    from cache.batching import BatchingEmbedder
     from cache.decision import DecisionSettings
-    from cache.embedder import BatchingEmbedder
     from cache.semantic import SemanticCache
     from cache.store import LocalCacheStore
 

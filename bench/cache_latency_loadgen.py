@@ -8,7 +8,10 @@ differences a cache needs:
   offset), so that a semantic round asks many different paraphrases;
 - with `expect_tier` set, only answers whose `x-cache-tier` header equals it count: their
   latency is recorded and they are `completed`; any other answer (a miss, another tier)
-  is counted in `other` by its `x-cache`/`x-cache-tier`, and its latency is dropped.
+  is counted in `other` by its `x-cache` and its tier or miss reason, and its latency is
+  dropped;
+- every answer's wait on the cache lookup, counted or not, is recorded from its
+  `Server-Timing: cache;dur=<ms>` header (`cache_waits_ms`; none from the fake upstream).
 
 Each request is timed with `perf_counter` from just before it is sent until its whole
 body has been read. Run `python -m bench.cache_latency_loadgen` only through
@@ -48,6 +51,7 @@ class CacheRoundResult:
     latencies_ms: list[float]  # every counted answer, including those past the deadline
     cpu_s: float  # the load generator's CPU time in the measured window
     other: dict[str, int] = field(default_factory=dict)  # uncounted answers, by cache header
+    cache_waits_ms: list[float] = field(default_factory=list)  # measured window, all answers
 
     @property
     def rps(self) -> float:
@@ -77,6 +81,7 @@ class _Round:
         self.errors = 0
         self.first_error: str | None = None
         self.other: dict[str, int] = {}
+        self.cache_waits: list[float] = []
         self.deadline = 0.0
 
     async def _one(self, body: bytes) -> bool:
@@ -86,15 +91,26 @@ class _Round:
             if r.status != 200:
                 self._error(f"HTTP {r.status}: {content[:200]!r}")
                 return False
+            self._waited(r.headers.get("server-timing"))
             expect = self.spec.expect_tier
             if expect is None:
                 return True
             tier = r.headers.get("x-cache-tier")
             if tier == expect:
                 return True
-            label = f"{r.headers.get('x-cache', '-')}:{tier or '-'}"
+            why = tier or r.headers.get("x-cache-miss-reason") or "-"
+            label = f"{r.headers.get('x-cache', '-')}:{why}"
             self.other[label] = self.other.get(label, 0) + 1
             return False
+
+    def _waited(self, timing: str | None) -> None:
+        """Records `cache;dur=<ms>` from a Server-Timing header (while measuring)."""
+        if timing is None or not self.deadline:
+            return
+        for metric in timing.split(","):
+            name, _, params = metric.strip().partition(";")
+            if name == "cache" and params.startswith("dur="):
+                self.cache_waits.append(float(params[4:]))
 
     def _error(self, message: str) -> None:
         self.errors += 1
@@ -137,7 +153,7 @@ class _Round:
 async def _run_round(session: Any, spec: CacheRoundSpec) -> CacheRoundResult:
     state = _Round(session, spec)
     await asyncio.gather(*(state.warm_up(w) for w in range(spec.concurrency)))
-    state.errors, state.first_error, state.other = 0, None, {}
+    state.errors, state.first_error, state.other, state.cache_waits = 0, None, {}, []
     cpu_before = time.process_time()
     state.deadline = time.perf_counter() + spec.duration_s
     await asyncio.gather(*(state.measure(w) for w in range(spec.concurrency)))
@@ -149,6 +165,7 @@ async def _run_round(session: Any, spec: CacheRoundSpec) -> CacheRoundResult:
         latencies_ms=state.latencies,
         cpu_s=time.process_time() - cpu_before,
         other=state.other,
+        cache_waits_ms=state.cache_waits,
     )
 
 

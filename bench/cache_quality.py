@@ -61,7 +61,7 @@ from bench.pair_data import (  # noqa: E402
     load_pairs,
 )
 from cache.decision import Candidate, Decision, DecisionSettings, decide  # noqa: E402
-from cache.embedder import Embedded, SentenceEncoder, embed_many, load_embedder  # noqa: E402
+from cache.embedder import Embedded, Encoder, embed_many, load_embedder  # noqa: E402
 from cache.guards import GUARDS  # noqa: E402
 from cache.normalize import normalize  # noqa: E402
 from cache.verifier import DEFAULT_WEIGHTS, PairVerifier  # noqa: E402
@@ -276,7 +276,7 @@ def ablations(default: DecisionSettings) -> dict[str, DecisionSettings]:
 
 def run_file(
     path: Path,
-    encoder: SentenceEncoder,
+    encoder: Encoder,
     verifier: CachedVerifier,
     gptcache: Callable[[], GPTCacheBaseline],
     quick: bool,
@@ -356,7 +356,7 @@ def run_file(
 # ---- latency ----------------------------------------------------------------------------
 
 
-def report_latency(encoder: SentenceEncoder, verifier: PairVerifier, quick: bool) -> None:
+def report_latency(encoder: Encoder, verifier: PairVerifier, quick: bool) -> None:
     pairs = held_out_pairs(load_pairs(PROMPT_PAIRS))[: 40 if quick else 150]
     texts = [t for p in pairs for t in (p.a, p.b)]
     embedded = dict(zip(texts, embed_many(encoder, texts), strict=True))
@@ -422,13 +422,17 @@ def main() -> None:
     parser.add_argument("--pairs", type=Path, nargs="*", default=[PROMPT_PAIRS, PARAPHRASES])
     parser.add_argument("--quick", action="store_true", help="a subsample, under a minute")
     parser.add_argument("--verifier", type=Path, default=DEFAULT_WEIGHTS)
+    parser.add_argument(
+        "--embedder", choices=["auto", "onnx", "torch"], default="auto", help="cache.embedder"
+    )
     args = parser.parse_args()
 
     import torch
 
     torch.set_num_threads(1)  # the cache's embedder and verifier run on one thread each
-    encoder = load_embedder(device="cpu")
+    encoder = load_embedder(device="cpu", backend=args.embedder)
     verifier = PairVerifier.load(args.verifier)
+    emit("embedder", 1, "backend", backend=encoder.backend, precision=encoder.precision)
     emit(
         "verifier",
         verifier.threshold,

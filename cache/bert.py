@@ -183,9 +183,12 @@ class BertForward:
             return None
         return cls(model, dtype)
 
-    def __call__(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, ids: torch.Tensor, mask: torch.Tensor, *, always_mask: bool = False
+    ) -> torch.Tensor:
         """(batch, tokens) ids and 0/1 mask -> (batch, tokens, hidden) vectors. Call it
-        under torch.inference_mode()."""
+        under torch.inference_mode(). `always_mask`: apply the mask even to a batch without
+        padding (a graph export must not depend on the values of its inputs)."""
         import torch.nn.functional as F
 
         batch, length = ids.shape
@@ -193,7 +196,7 @@ class BertForward:
         x = F.embedding(ids, self._words) + self._positions[:length] + self._segment
         x = F.layer_norm(x, (hidden,), *self._norm0, self._eps)
         # Keys at padding are masked out; a batch without padding needs no mask at all.
-        keys = None if bool(mask.all()) else mask.bool()[:, None, None, :]
+        keys = None if not always_mask and bool(mask.all()) else mask.bool()[:, None, None, :]
         split = (batch, length, 3, self._heads, hidden // self._heads)
         for layer in self._layers:
             qkv = self._linear(x, layer.qkv_weight, layer.qkv_bias).view(split)

@@ -1,24 +1,23 @@
 """Sentence embeddings for the cache: one model forward pass gives the lookup vector and the
-verifier's token features; concurrent requests share that pass (micro-batching).
+verifier's token features.
 
-`SentenceEncoder` is blocking (a model call); `BatchingEmbedder` is the async face the
-request path uses: it collects requests for a short window and runs one forward pass for
-all of them in its own single thread, so the event loop never waits on the model.
+An `Encoder` is blocking (a model call): `SentenceEncoder` runs torch, `OnnxEncoder`
+(cache/onnx_encoder.py) ONNX Runtime; `load_embedder` picks one (`backend`). The async
+face the request path uses, micro-batching and admission within the lookup budget, is
+cache/batching.py.
 
-For the packaged MiniLM the pass itself is cache/bert.py (the same arithmetic without the
+For the packaged MiniLM the torch pass is cache/bert.py (the same arithmetic without the
 libraries' per-call overhead, in bf16 where the CPU has it); any other model runs through
 sentence-transformers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +49,35 @@ class Embedded:
 Precision = Literal["float32", "bfloat16", "auto"]
 DEFAULT_PRECISION: Precision = "auto"
 
+# Which runtime runs the pass. torch: SentenceEncoder. onnx: OnnxEncoder, on the CPU only.
+# auto: onnx on a CPU without native bf16 (where the choice is torch's float32), torch
+# otherwise (CUDA, or bf16 units, where torch's bf16 pass is as fast as ONNX Runtime's
+# float32 one for a lone prompt and faster for a batch). Measured on this 2-core machine:
+# see README "Semantic cache" and bench/cache_latency.py --embedder.
+Backend = Literal["auto", "onnx", "torch"]
+
+
+class Encoder(Protocol):
+    """A blocking embedding model: call it from one worker thread at a time."""
+
+    forward_passes: int  # counted so that tests and metrics can see batching
+
+    @property
+    def backend(self) -> str: ...  # "torch", "onnx"
+
+    @property
+    def precision(self) -> str: ...  # "float32", "bfloat16"
+
+    @property
+    def dimension(self) -> int: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    def tokenizer_vocab(self) -> dict[str, int]: ...
+
+    def encode(self, texts: Sequence[str]) -> list[Embedded]: ...
+
 
 class SentenceEncoder:
     """A sentence-transformers model. Blocking: call it from one worker thread at a time."""
@@ -68,6 +96,10 @@ class SentenceEncoder:
     def model(self) -> SentenceTransformer:
         """The sentence-transformers model (to build another encoder on the same weights)."""
         return self._model
+
+    @property
+    def backend(self) -> str:
+        return "torch"
 
     @property
     def fast(self) -> bool:
@@ -126,21 +158,38 @@ class SentenceEncoder:
         }
 
     def _split(self, outputs: dict[str, Any]) -> list[Embedded]:
-        vectors = outputs["sentence_embedding"].float().cpu().numpy()
-        tokens = outputs["token_embeddings"].cpu().numpy().astype(np.float16)
-        ids = outputs["input_ids"].cpu().numpy()
-        lengths = outputs["attention_mask"].sum(dim=1).cpu().numpy()
-        return [
-            self._one(vectors[row], ids[row, :n], tokens[row, :n]) for row, n in enumerate(lengths)
-        ]
+        return split_rows(
+            outputs["sentence_embedding"].float().cpu().numpy(),
+            outputs["token_embeddings"].float().cpu().numpy(),
+            outputs["input_ids"].cpu().numpy(),
+            outputs["attention_mask"].sum(dim=1).cpu().numpy(),
+            self.max_tokens,
+        )
 
-    def _one(
-        self, vector: Vector, ids: npt.NDArray[Any], tokens: npt.NDArray[np.float16]
-    ) -> Embedded:
-        # A text that fills the model's window was cut: the vector did not see its end.
-        features = TokenFeatures(ids.astype(np.uint16), tokens, len(ids) >= self.max_tokens)
-        unit = vector / max(float(np.linalg.norm(vector)), 1e-12)
-        return Embedded(np.ascontiguousarray(unit, dtype=np.float32), features.to_bytes())
+
+def split_rows(
+    vectors: npt.NDArray[Any],
+    tokens: npt.NDArray[Any],
+    ids: npt.NDArray[Any],
+    lengths: npt.NDArray[Any],
+    max_tokens: int,
+) -> list[Embedded]:
+    """One Embedded per row of a padded batch: (batch, dim) pooled vectors, (batch, tokens,
+    dim) token vectors, (batch, tokens) ids, and each row's unpadded length."""
+    half = tokens.astype(np.float16)
+    return [
+        _one(vectors[row], ids[row, :n], half[row, :n], max_tokens)
+        for row, n in enumerate(lengths.tolist())
+    ]
+
+
+def _one(
+    vector: npt.NDArray[Any], ids: npt.NDArray[Any], tokens: npt.NDArray[np.float16], limit: int
+) -> Embedded:
+    # A text that fills the model's window was cut: the vector did not see its end.
+    features = TokenFeatures(ids.astype(np.uint16), tokens, len(ids) >= limit)
+    unit = vector / max(float(np.linalg.norm(vector)), 1e-12)
+    return Embedded(np.ascontiguousarray(unit, dtype=np.float32), features.to_bytes())
 
 
 def _fast_forward(model: SentenceTransformer, precision: Precision) -> BertForward | None:
@@ -188,8 +237,13 @@ def load_embedder(
     *,
     threads: int | None = 1,
     precision: Precision = DEFAULT_PRECISION,
-) -> SentenceEncoder:
+    backend: Backend = "auto",
+    onnx_dir: Path | None = None,
+) -> Encoder:
     """Load a local sentence-transformers folder; never reaches the network.
+
+    `backend`: see `Backend`. The ONNX graph is exported from the folder's weights on first
+    use (cache/onnx_export.py), next to them or, where that is read-only, in `onnx_dir`.
 
     `threads` sets torch's intra-op threads for the whole process (None: torch's default,
     one per core). One, because the passes here are small: on two shared cores a team of
@@ -198,132 +252,51 @@ def load_embedder(
     pass took 43 ms p50 on one thread against 300 ms on two, and the verifier's decision
     3.5 ms against 45 ms; idle, two threads save about 2 ms of a 7 ms pass.
     """
-    # Before the import: huggingface_hub reads this once, and a cache never downloads.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    from sentence_transformers import SentenceTransformer
-
-    if threads is not None:
-        torch.set_num_threads(threads)
 
     path = Path(model_path) if model_path is not None else default_model_path()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    chosen = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = load_sentence_model(path, chosen)
+    if not _runs_onnx(model, backend, chosen, precision):
+        return SentenceEncoder(model, precision)
+    from cache.onnx_encoder import OnnxEncoder
+    from cache.onnx_export import ensure_onnx
+
+    return OnnxEncoder.of(model, ensure_onnx(model, path, onnx_dir))
+
+
+def load_sentence_model(path: Path, device: str) -> SentenceTransformer:
+    """The sentence-transformers model in folder `path`, on `device`, in eval mode."""
+    # Before the import: huggingface_hub reads this once, and a cache never downloads.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
     if not path.is_dir():
         raise FileNotFoundError(f"embedding model folder not found: {path}")
-    chosen = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = SentenceTransformer(str(path), device=chosen, local_files_only=True)
+    model = SentenceTransformer(str(path), device=device, local_files_only=True)
     model.eval()
-    return SentenceEncoder(model, precision)
+    return model
 
 
-_Pending = tuple[str, "asyncio.Future[Embedded]"]
+def _runs_onnx(
+    model: SentenceTransformer, backend: Backend, device: str, precision: Precision
+) -> bool:
+    """Whether `backend` means ONNX Runtime for this model, device and precision."""
+    if backend == "torch":
+        return False
+    # The export is cache/bert.py's float32 pass: only a model it reproduces, on the CPU.
+    exportable = device == "cpu" and _fast_forward(model, "float32") is not None
+    if backend == "onnx":
+        if not exportable:
+            raise ValueError("backend onnx: only a BERT model with mean pooling, on the CPU")
+        return True
+    bf16 = precision == "bfloat16" or (precision == "auto" and native_bf16())
+    return exportable and not bf16
 
 
-class BatchingEmbedder:
-    """Micro-batches concurrent `embed` calls into one forward pass.
-
-    The first request of a batch opens a window of `window_ms`; the batch closes when the
-    window ends or `max_batch` requests are in. Requests that arrive while a pass runs
-    wait for the next one, so under load batches fill without any added delay.
-    """
-
-    def __init__(
-        self, encoder: SentenceEncoder, *, window_ms: float = 2.0, max_batch: int = 32
-    ) -> None:
-        if max_batch < 1 or window_ms < 0:
-            raise ValueError("max_batch must be >= 1 and window_ms >= 0")
-        self.encoder = encoder
-        self._window_s = window_ms / 1000.0
-        self._max_batch = max_batch
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
-        self._executor: ThreadPoolExecutor | None = None
-        self._dispatcher: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        if self._dispatcher is not None:
-            return
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
-        self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
-
-    async def close(self) -> None:
-        """Stop batching; requests still waiting fail with CancelledError."""
-        if self._dispatcher is not None:
-            self._dispatcher.cancel()
-            await asyncio.gather(self._dispatcher, return_exceptions=True)
-            self._dispatcher = None
-        while not self._queue.empty():
-            self._queue.get_nowait()[1].cancel()
-        if self._executor is not None:
-            # A pass still running finishes in its thread; nothing waits for it.
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-
-    async def __aenter__(self) -> BatchingEmbedder:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
-
-    async def embed(self, text: str) -> Embedded:
-        if self._dispatcher is None:
-            raise RuntimeError("BatchingEmbedder.start() was not awaited")
-        future: asyncio.Future[Embedded] = asyncio.get_running_loop().create_future()
-        await self._queue.put((text, future))
-        return await future
-
-    def embed_many(self, texts: Sequence[str]) -> list[Embedded]:
-        """Blocking, for scripts and benchmarks: batches of `max_batch`, in order."""
-        return embed_many(self.encoder, texts, self._max_batch)
-
-    async def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = await self._collect(loop)
-            live = [(text, future) for text, future in batch if not future.done()]
-            if live:
-                await self._run(loop, live)
-
-    async def _run(self, loop: asyncio.AbstractEventLoop, live: list[_Pending]) -> None:
-        try:
-            results = await loop.run_in_executor(
-                self._executor, self.encoder.encode, [text for text, _ in live]
-            )
-        except asyncio.CancelledError:  # closing: nobody will answer these callers
-            for _, future in live:
-                future.cancel()
-            raise
-        except Exception as exc:  # the callers get the error, the dispatcher goes on
-            for _, future in live:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (_, future), result in zip(live, results, strict=True):
-            if not future.done():
-                future.set_result(result)
-
-    async def _collect(self, loop: asyncio.AbstractEventLoop) -> list[_Pending]:
-        batch = [await self._queue.get()]
-        await asyncio.sleep(0)  # requests issued in the same turn of the loop join at once
-        while not self._queue.empty() and len(batch) < self._max_batch:
-            batch.append(self._queue.get_nowait())
-        if len(batch) == 1:
-            return batch  # alone: waiting for company would only add latency
-        deadline = loop.time() + self._window_s
-        while len(batch) < self._max_batch:
-            if not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            try:
-                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
-            except TimeoutError:
-                break
-        return batch
-
-
-def embed_many(encoder: SentenceEncoder, texts: Sequence[str], batch: int = 32) -> list[Embedded]:
+def embed_many(encoder: Encoder, texts: Sequence[str], batch: int = 32) -> list[Embedded]:
     """Blocking: embed `texts`, `batch` at a time, results in the order given."""
     # Similar lengths share a batch, so little of each pass is padding.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))

@@ -12,9 +12,10 @@ what it finds into responses and headers.
     report_bad_hit(...)       a client says a hit was wrong: delete it, and tell the
                               `on_bad_hit` hook (what an error-bounded policy learns from)
 
-Lookups fail open: past `budget_s`, or when the store or the embedder fails, `Lookup.failed`
-says why and the request goes to the model. `NullCache` is the disabled cache: every
-lookup misses, nothing is stored.
+Lookups fail open: past `budget_s`, when the embedder is too busy to embed the prompt
+within what is left of it (cache/batching.py), or when the store or the embedder fails,
+`Lookup.failed` says why and the request goes to the model. `NullCache` is the disabled
+cache: every lookup misses, nothing is stored.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ import numpy as np
 import orjson
 from anyio.abc import TaskGroup
 
+from cache.batching import EmbedderBusy
 from cache.entry import CacheEntry, new_entry_id
 from cache.policy import CacheKey
 from cache.store import CacheStore, CacheUnavailable
 
 if TYPE_CHECKING:  # the model-backed parts load only when the cache is enabled
+    from cache.batching import BatchingEmbedder
     from cache.decision import DecisionSettings
-    from cache.embedder import BatchingEmbedder, Embedded
+    from cache.embedder import Embedded
     from cache.verifier import PairVerifier
 
 _log = logging.getLogger("cache.semantic")
@@ -61,7 +64,7 @@ class Lookup:
     found: Found | None = None
     similarity: float | None = None  # the hit's, or the best the semantic tier saw
     embedded: Embedded | None = None  # the prompt's embedding, reused when storing
-    failed: str | None = None  # "budget", "store", "error": failed open
+    failed: str | None = None  # "budget", "embedder_busy", "store", "error": failed open
     # why a completed lookup missed: "no_entry" (exact tiers only), "no_candidate" (nothing
     # similar enough), "refused:<rule>" (the decision refused the best candidate)
     reason: str | None = None
@@ -124,6 +127,7 @@ class SemanticCache:
         # The error-bounded mode's feed; nothing listens yet (the gateway counts reports).
         self._on_bad_hit = on_bad_hit or (lambda hit: None)
         self._pending: dict[str, CacheEntry] = {}  # by exact key: answers being stored
+        self._after_embed_s = 0.0  # recent search and decision time (see _after_embed)
         self._deleted: set[str] = set()  # ids of pending answers deleted before stored
 
     async def lookup(self, key: CacheKey) -> Lookup:
@@ -133,9 +137,11 @@ class SemanticCache:
         started = time.perf_counter()
         try:
             with anyio.fail_after(self._budget_s):
-                found = await self._find(key)
+                found = await self._find(key, started + self._budget_s)
         except TimeoutError:
             return Lookup(failed="budget")
+        except EmbedderBusy:
+            return Lookup(failed="embedder_busy")
         except CacheUnavailable:
             return Lookup(failed="store")
         except Exception:
@@ -187,20 +193,22 @@ class SemanticCache:
             self._on_bad_hit(hit)
         return entry
 
-    async def _find(self, key: CacheKey) -> Lookup:
+    async def _find(self, key: CacheKey, deadline: float) -> Lookup:
         for tier, lookup_key in (("exact", key.exact_key), ("normalized", key.normalized_key)):
             entry = await self._store.get_by_key(key.namespace, lookup_key)
             if entry is not None:
                 return Lookup(Found(entry, tier, 1.0), 1.0)
         if not (self._semantic and key.semantic):
             return Lookup(reason="no_entry")
-        return await self._nearest(key)
+        return await self._nearest(key, deadline)
 
-    async def _nearest(self, key: CacheKey) -> Lookup:
+    async def _nearest(self, key: CacheKey, deadline: float) -> Lookup:
         from cache.decision import Candidate, decide
 
         started = time.perf_counter()
-        embedded = await self._embedder.embed(key.prompt)
+        # The embedding must leave the search and the decision their time in the budget.
+        within = max(0.0, deadline - started - self._after_embed_s)
+        embedded = await self._embedder.embed(key.prompt, within)
         searched = time.perf_counter()
         self._on_stage("embed", searched - started)
         decision = self._decision
@@ -211,10 +219,15 @@ class SemanticCache:
         best = max((score for _, score in near), default=None)
         candidates = [Candidate(e.prompt, e.features, score) for e, score in near]
         decided = decide(key.prompt, embedded, candidates, decision, self._verifier)
+        self._after_embed(time.perf_counter() - searched)
         if decided.index is None:
             return Lookup(None, best, embedded, reason=_miss_reason(decided.reason))
         entry, similarity = near[decided.index]
         return Lookup(Found(entry, "semantic", similarity), similarity, embedded)
+
+    def _after_embed(self, seconds: float) -> None:
+        """Keeps a smoothed upper estimate of the search and decision time."""
+        self._after_embed_s = max(seconds, self._after_embed_s * 0.9)
 
     async def _record_hit(self, entry_id: str) -> None:
         try:

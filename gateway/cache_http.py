@@ -35,6 +35,7 @@ class Probe:
     kind: str
     include_usage: bool
     lookup: Lookup = field(default_factory=Lookup)
+    waited_s: float = 0.0  # how long the request waited on the lookup
     # the hit's tier, "miss", or "bypass" (no-cache); what a hit saved
     outcome: str = "miss"
     saved_prompt_tokens: int = 0
@@ -88,10 +89,10 @@ class HttpCache:
             return {}
         if probe is None or probe.mode is Mode.STORE_ONLY:
             return {"x-cache": "bypass"}
-        reason = probe.miss_reason
-        if reason is None:
-            return {"x-cache": "miss"}
-        return {"x-cache": "miss", "x-cache-miss-reason": reason}
+        headers = {"x-cache": "miss", "server-timing": _timing(probe)}
+        if probe.miss_reason is not None:
+            headers["x-cache-miss-reason"] = probe.miss_reason
+        return headers
 
     async def lookup(self, probe: Probe, streamed: bool, request_id: str) -> Response | None:
         """The cached answer as a response, or None (go to the model)."""
@@ -99,7 +100,9 @@ class HttpCache:
             probe.outcome = "bypass"
             self._metrics.cache_lookup(probe.tenant, probe.model, "bypass", "-")
             return None
+        started = time.perf_counter()
         probe.lookup = lookup = await self.cache.lookup(probe.key)
+        probe.waited_s = time.perf_counter() - started
         if lookup.failed is not None:
             self._metrics.cache_fail_open(lookup.failed)
         if lookup.found is None:
@@ -116,6 +119,8 @@ class HttpCache:
 
     def store(self, probe: Probe, body: bytes) -> None:
         """Stores a complete answer in the background (only complete, successful ones)."""
+        if probe.lookup.failed in ("budget", "embedder_busy"):
+            return  # the cache is overloaded: a store would add the embedding it declined
         answer = Answer(probe.key, probe.tenant, probe.model, body, probe.lookup.embedded)
         self.cache.store_later(answer)
 
@@ -153,6 +158,7 @@ class HttpCache:
             "x-cache-similarity": f"{found.similarity:.4f}",
             "x-cache-saved-tokens": str(saved),
             "age": str(max(0, int(time.time() - found.entry.created_at))),
+            "server-timing": _timing(probe),
         }
         if streamed:
             events = b"".join(replay(probe.kind, answer, probe.include_usage))
@@ -179,6 +185,11 @@ def _reported_id(body: bytes) -> str:
     if not is_entry_id(entry_id):
         raise CacheEntryNotFound("No cache entry with that id.", param="id")
     return entry_id
+
+
+def _timing(probe: Probe) -> str:
+    """The Server-Timing header: the request's wait on the cache lookup, in ms."""
+    return f"cache;dur={probe.waited_s * 1000:.3f}"
 
 
 def _saved_split(answer: dict[str, Any]) -> tuple[int, int]:

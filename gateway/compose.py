@@ -12,6 +12,7 @@ so that no other module constructs what it depends on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 from collections.abc import Iterable
@@ -431,11 +432,19 @@ async def build_cache(
     config = settings.cache
     if not config.enabled:
         return NullCache()
+    from cache.batching import BatchingEmbedder
     from cache.decision import DecisionSettings
-    from cache.embedder import BatchingEmbedder, load_embedder
+    from cache.embedder import load_embedder
     from cache.verifier import PairVerifier
 
-    encoder = await anyio.to_thread.run_sync(load_embedder, config.model_path, config.device)
+    load = functools.partial(
+        load_embedder,
+        config.model_path,
+        config.device,
+        backend=config.embedder,
+        onnx_dir=config.path / "onnx",  # where the model's folder is read-only
+    )
+    encoder = await anyio.to_thread.run_sync(load)
     verifier = await anyio.to_thread.run_sync(PairVerifier.load)
     embedder = BatchingEmbedder(
         encoder, window_ms=config.batch_window_ms, max_batch=config.max_batch

@@ -5,12 +5,24 @@ from __future__ import annotations
 import pytest
 
 from cache.embedder import SentenceEncoder, load_embedder
+from cache.onnx_encoder import OnnxEncoder
 from cache.verifier import PairVerifier
 
 
 @pytest.fixture(scope="session")
 def encoder() -> SentenceEncoder:
-    return load_embedder(device="cpu")
+    """The torch pass (in bf16 where the CPU has it), with the model for other encoders."""
+    loaded = load_embedder(device="cpu", backend="torch")
+    assert isinstance(loaded, SentenceEncoder)
+    return loaded
+
+
+@pytest.fixture(scope="session")
+def onnx_encoder() -> OnnxEncoder:
+    """ONNX Runtime on the graph `make install` exported (exported now if it is missing)."""
+    loaded = load_embedder(device="cpu", backend="onnx")
+    assert isinstance(loaded, OnnxEncoder)
+    return loaded
 
 
 @pytest.fixture(scope="session")

@@ -114,7 +114,8 @@ def test_a_repeat_right_after_the_answer_hits_and_a_miss_says_why(
     gateway: Gateway, upstream: str
 ) -> None:
     """No waiting for the background store: once an answer is complete, the identical
-    request is a hit. Misses carry `x-cache-miss-reason` (no prompt text)."""
+    request is a hit. Misses carry `x-cache-miss-reason` (no prompt text); every answer
+    that looked the cache up says how long it waited in `server-timing`."""
     system = "You answer astronomy quizzes."  # a namespace of this test's own: empty
     first = ask(gateway, "Which planet has the most moons?", system=system)
     assert first.headers["x-cache"] == "miss"
@@ -122,6 +123,9 @@ def test_a_repeat_right_after_the_answer_hits_and_a_miss_says_why(
     before = upstream_calls(upstream)
     again = ask(gateway, "Which planet has the most moons?", system=system)
     assert (again.headers["x-cache"], again.headers["x-cache-tier"]) == ("hit", "exact")
+    for answer in (first, again):  # how long each waited on the lookup, hit or miss
+        name, _, duration = answer.headers["server-timing"].partition(";dur=")
+        assert name == "cache" and 0 <= float(duration) < 60_000
     assert upstream_calls(upstream) == before
     long = ask(gateway, "Describe the rings of Saturn. " * 30, system=system)
     assert long.headers["x-cache-miss-reason"] == "no_entry"  # too long to embed: exact only

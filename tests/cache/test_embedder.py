@@ -8,8 +8,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from cache.batching import BatchingEmbedder
 from cache.embedder import (
-    BatchingEmbedder,
     Embedded,
     SentenceEncoder,
     embed_many,

@@ -1,17 +1,20 @@
 """SemanticCache without HTTP: the tiers, background stores that are never dropped, and
-failing open past the lookup budget. The real MiniLM, verifier and local store."""
+failing open past the lookup budget or when the embedder is saturated. The real MiniLM,
+verifier and local store."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import orjson
 
+from cache.batching import BatchingEmbedder
 from cache.decision import DecisionSettings
-from cache.embedder import BatchingEmbedder, SentenceEncoder
+from cache.embedder import SentenceEncoder
 from cache.policy import CacheInputs, CacheKey, cache_key
 from cache.semantic import Answer, SemanticCache
 from cache.store import LocalCacheStore
@@ -36,9 +39,11 @@ async def semantic_cache(
     verifier: PairVerifier,
     budget_s: float = 30.0,
     failures: list[str] | None = None,
+    embedder: BatchingEmbedder | None = None,
 ) -> AsyncIterator[SemanticCache]:
     store = LocalCacheStore(tmp_path / "entries.bin", encoder.dimension, 100)
-    async with BatchingEmbedder(encoder) as embedder, anyio.create_task_group() as tasks:
+    embedder = embedder or BatchingEmbedder(encoder)
+    async with embedder, anyio.create_task_group() as tasks:
         await store.start(tasks)
         yield SemanticCache(
             store,
@@ -87,3 +92,33 @@ async def test_a_lookup_past_its_budget_fails_open(
     async with semantic_cache(tmp_path, encoder, verifier, budget_s=1e-6) as cache:
         lookup = await cache.lookup(key("How do I reset my password?"))
         assert (lookup.found, lookup.failed) == (None, "budget")
+
+
+async def test_a_lookup_the_busy_embedder_cannot_serve_in_time_fails_open_at_once(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
+) -> None:
+    embedder = BatchingEmbedder(encoder)
+    async with semantic_cache(tmp_path, encoder, verifier, 0.05, embedder=embedder) as cache:
+        await embedder.embed("warm up")
+        embedder._per_text_s = 1.0  # as the estimate would see a model this slow
+        stores = [embedder.embed(f"stored answer {i}") for i in range(3)]  # background
+        queued = anyio.Event()
+
+        async def lookup() -> None:
+            await queued.wait()
+            started = time.perf_counter()
+            lookup = await cache.lookup(key("How do I reset my password?"))
+            assert (lookup.found, lookup.failed) == (None, "embedder_busy")
+            assert time.perf_counter() - started < 0.05  # at once, not after the budget
+
+        async with anyio.create_task_group() as group:
+            for store in stores:
+                group.start_soon(_run, store)
+            group.start_soon(lookup)
+            await anyio.sleep(0)  # the stores are queued
+            queued.set()
+        assert embedder.refused == 1
+
+
+async def _run(awaitable: Awaitable[object]) -> None:
+    await awaitable

@@ -18,7 +18,8 @@ misbehaves on purpose for some model names:
 the client abandoned (to check that the gateway cancels upstream requests); `GET /_crash`
 kills the process at once.
 
-Run: python -m tests.support.fake_upstream --port PORT
+Run: python -m tests.support.fake_upstream --port PORT [--echo-delay-ms MS]
+(`--echo-delay-ms`: `echo` answers after that long, as a model would take)
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def on_demand_backend(models: list[str], scaling: dict[str, Any], **extra: Any) 
 
 
 class FakeUpstream:
-    def __init__(self) -> None:
+    def __init__(self, echo_delay_s: float = 0.0) -> None:
+        self.echo_delay_s = echo_delay_s
         self.last_headers: dict[str, str] = {}
         self.stats = {"requests": 0, "abandoned_streams": 0, "active_streams": 0}
 
@@ -105,6 +107,8 @@ class FakeUpstream:
         model = body.get("model", "")
         if model == "slow" or model.startswith("slow-"):  # `slow-*`: for other backends
             await asyncio.sleep(float(body.get("x_delay", 1.0)))
+        elif model == "echo" and self.echo_delay_s:
+            await asyncio.sleep(self.echo_delay_s)
         if model == "error-500":
             await send_json(
                 send, 500, {"error": {"message": "internal failure", "type": "server_error"}}
@@ -268,9 +272,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--echo-delay-ms", type=float, default=0.0)
     args = parser.parse_args()
     uvicorn.run(
-        FakeUpstream(),
+        FakeUpstream(args.echo_delay_ms / 1000.0),
         host=args.host,
         port=args.port,
         loop="uvloop",

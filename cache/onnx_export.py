@@ -1,0 +1,189 @@
+"""The embedding model as an ONNX graph, exported here from the installed weights.
+
+ONNX Runtime runs the packaged MiniLM's float32 pass about twice as fast as cache/bert.py
+on a CPU without bf16 units (cache/onnx_encoder.py). Nothing is downloaded: the graph is
+cache/bert.py's float32 forward pass (the same arithmetic as BertModel, mean pooling
+included) traced by `torch.onnx.export` from the model folder's own weights. Its outputs
+are the token vectors the verifier reads and the mean-pooled sentence vector:
+
+    input_ids, attention_mask (int64, batch x tokens)
+      -> token_embeddings (float32, batch x tokens x hidden),
+         sentence_embedding (float32, batch x hidden; not normalised)
+
+The file (~90 MB) is not part of the repository. `ensure_onnx` finds it or makes it: in
+`gateway-onnx/` inside the model folder (`make install` exports the packaged model there:
+`python -m cache.onnx_export`), or, where that folder is read-only, in the directory the
+caller names (the gateway: `<cache.path>/onnx`). The name carries a digest of the weights
+and of this exporter's version, so a changed model is never served by a stale graph. An
+export is written to a temporary file, checked against the torch pass, then renamed: a
+reader never sees half a file, and two processes exporting at once both end with a whole
+one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+_log = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1  # bump when the graph changes: older files are then ignored
+INPUTS = ("input_ids", "attention_mask")
+OUTPUTS = ("token_embeddings", "sentence_embedding")
+SUBDIR = "gateway-onnx"
+_WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
+_CHECK_TEXTS = ["Convert 5 km to miles", "How do I reverse a list in Python, in place?", ""]
+_MIN_COSINE = 0.99999  # the exported graph against the torch pass, sentence and tokens
+
+
+class OnnxExportError(RuntimeError):
+    """The model could not be exported, or the export does not compute what torch does."""
+
+
+def graph_name(model_dir: Path) -> str:
+    """The file name for `model_dir`'s weights: bert-<digest>.onnx."""
+    digest = hashlib.sha256(f"export-v{EXPORT_VERSION}".encode())
+    for name in _WEIGHT_FILES:
+        path = model_dir / name
+        if path.is_file():
+            digest.update(name.encode())
+            with path.open("rb") as handle:
+                digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return f"bert-{digest.hexdigest()[:16]}.onnx"
+
+
+def ensure_onnx(
+    model: SentenceTransformer, model_dir: Path, fallback_dir: Path | None = None
+) -> Path:
+    """The ONNX graph of `model` (loaded from `model_dir`), exported on first use."""
+    name = graph_name(model_dir)
+    places = [model_dir / SUBDIR] + ([fallback_dir] if fallback_dir is not None else [])
+    for place in places:
+        if (place / name).is_file():
+            return place / name
+    failures = []
+    for place in places:
+        try:
+            return export(model, place / name)
+        except OSError as exc:  # a read-only model folder: try the next place
+            failures.append(f"{place}: {exc}")
+    raise OnnxExportError("cannot write the ONNX graph: " + "; ".join(failures))
+
+
+def export(model: SentenceTransformer, target: Path) -> Path:
+    """Exports `model`'s transformer to `target` atomically, after checking the graph."""
+    import torch
+
+    from cache.bert import BertForward
+
+    forward = BertForward.of(getattr(model[0], "auto_model", None), torch.float32)
+    if forward is None:
+        raise OnnxExportError("only a BERT encoder that cache/bert.py reproduces is exported")
+    started = time.perf_counter()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
+    os.close(handle)
+    try:
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from other users
+        _trace(forward, model, Path(temporary))
+        _check(model, Path(temporary))
+        os.replace(temporary, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    seconds = time.perf_counter() - started
+    _log.warning("embedder: exported the model to ONNX in %.1f s: %s", seconds, target)
+    return target
+
+
+def _inputs(model: SentenceTransformer, texts: list[str]) -> dict[str, Any]:
+    tokens = model.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+    return {name: tokens[name] for name in INPUTS}
+
+
+def _trace(forward: Any, model: SentenceTransformer, path: Path) -> None:
+    import torch
+
+    class Graph(torch.nn.Module):
+        def forward(
+            self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            tokens = forward(input_ids, attention_mask, always_mask=True)
+            weights = attention_mask.unsqueeze(-1).to(tokens.dtype)
+            mean = (tokens * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+            return tokens, mean
+
+    batch, length = torch.export.Dim("batch", max=4096), torch.export.Dim("tokens", max=512)
+    example = _inputs(model, _CHECK_TEXTS[:2])
+    # The exporter reports its progress and its own deprecations: noise, not errors (the
+    # graph is checked against the torch pass before it is kept).
+    with warnings.catch_warnings(), contextlib.redirect_stdout(None):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Graph(),
+            (example["input_ids"], example["attention_mask"]),
+            str(path),
+            dynamo=True,
+            input_names=list(INPUTS),
+            output_names=list(OUTPUTS),
+            dynamic_shapes={name: {0: batch, 1: length} for name in INPUTS},
+            external_data=False,
+            verbose=False,
+        )
+
+
+def _check(model: SentenceTransformer, path: Path) -> None:
+    """The graph gives the torch pass's vectors (cosine >= _MIN_COSINE), padding included."""
+    import numpy as np
+    import onnxruntime
+    import torch
+
+    from cache.bert import BertForward
+
+    forward = BertForward.of(model[0].auto_model, torch.float32)
+    assert forward is not None
+    inputs = _inputs(model, _CHECK_TEXTS)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    tokens, _ = session.run(list(OUTPUTS), {k: v.numpy() for k, v in inputs.items()})
+    with torch.inference_mode():
+        want = forward(inputs["input_ids"], inputs["attention_mask"]).numpy()
+    mask = inputs["attention_mask"].numpy().astype(bool)
+    got, expected = tokens[mask], want[mask]
+    cosines = (got * expected).sum(-1) / (
+        np.linalg.norm(got, axis=-1) * np.linalg.norm(expected, axis=-1)
+    )
+    if float(cosines.min()) < _MIN_COSINE:
+        raise OnnxExportError(f"the exported graph differs from torch (cosine {cosines.min()})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Exports a model folder (default: the packaged MiniLM) next to its weights."""
+    from cache.embedder import default_model_path, load_sentence_model
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--model", help="a sentence-transformers folder")
+    parser.add_argument(
+        "--fallback-dir", type=Path, help="where to write if the folder is read-only"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    model_dir = Path(args.model) if args.model else default_model_path()
+    path = ensure_onnx(load_sentence_model(model_dir, "cpu"), model_dir, args.fallback_dir)
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

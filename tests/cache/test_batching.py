@@ -1,0 +1,70 @@
+"""Dynamic batching within deadlines: a lookup the embedder would not reach in time is
+refused at once, batches end before their earliest deadline, and background texts wait
+behind lookups. The real MiniLM; where a slow model is needed, the embedder's estimate
+of a pass is set as a slow model would leave it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cache.batching import BatchingEmbedder, EmbedderBusy
+from cache.embedder import SentenceEncoder
+
+TEXTS = [f"How do I convert {n} km to miles?" for n in range(10)]
+
+
+async def test_a_lookup_the_queue_would_keep_past_its_time_is_refused_at_once(
+    encoder: SentenceEncoder,
+) -> None:
+    async with BatchingEmbedder(encoder, window_ms=0, max_batch=4) as embedder:
+        await embedder.embed("warm up")
+        per_text = embedder.per_text_s
+        assert per_text is not None and per_text > 0
+        waiting = [asyncio.ensure_future(embedder.embed(t, within_s=60)) for t in TEXTS]
+        await asyncio.sleep(0)  # queued: ten texts ahead of the next one
+        assert embedder.expected_wait_s() > 2 * per_text
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        with pytest.raises(EmbedderBusy):
+            await embedder.embed("one more", within_s=2 * per_text)
+        assert loop.time() - asked < 0.01
+        assert embedder.refused == 1
+        assert len(await asyncio.gather(*waiting)) == len(TEXTS)
+
+
+async def test_an_idle_embedder_always_takes_a_text(encoder: SentenceEncoder) -> None:
+    async with BatchingEmbedder(encoder) as embedder:
+        await embedder.embed("warm up")
+        embedder._per_text_s = 10.0  # a first pass this slow must not lock lookups out
+        assert embedder.expected_wait_s() == 0.0
+        assert (await embedder.embed("hello", within_s=0.0)).vector.shape == (384,)
+        assert embedder.refused == 0
+
+
+async def test_a_batch_ends_before_the_earliest_deadline_in_it(encoder: SentenceEncoder) -> None:
+    async with BatchingEmbedder(encoder, window_ms=0, max_batch=32) as embedder:
+        await embedder.embed("warm up")
+        embedder._per_text_s = 0.5  # as a slow model leaves the estimate
+        before = encoder.forward_passes
+        # The first may wait 1.2 s: a pass of three would end past that, so it runs with
+        # one other; the rest, with a minute each, share the next pass.
+        first = asyncio.ensure_future(embedder.embed(TEXTS[0], within_s=1.2))
+        rest = [asyncio.ensure_future(embedder.embed(t, within_s=60)) for t in TEXTS[1:]]
+        await asyncio.gather(first, *rest)
+        assert encoder.forward_passes - before == 2
+
+
+async def test_lookups_go_before_background_work(encoder: SentenceEncoder) -> None:
+    async with BatchingEmbedder(encoder, window_ms=0, max_batch=2) as embedder:
+        done: list[str] = []
+
+        async def embed(text: str, within_s: float | None) -> None:
+            await embedder.embed(text, within_s)
+            done.append(text)
+
+        stores = [asyncio.ensure_future(embed(t, None)) for t in TEXTS[:6]]
+        await asyncio.sleep(0)  # queued (the first pair may be running already)
+        await asyncio.gather(embed("a lookup", 60), *stores)
+        assert done.index("a lookup") <= 2

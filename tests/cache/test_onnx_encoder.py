@@ -1,0 +1,77 @@
+"""The embedder on ONNX Runtime: the graph is exported here from the packaged model, once,
+atomically, and gives the torch pass's vectors and token features."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cache.embedder import SentenceEncoder, default_model_path, load_embedder, native_bf16
+from cache.features import TokenFeatures
+from cache.onnx_encoder import OnnxEncoder
+from cache.onnx_export import SUBDIR, ensure_onnx, export, graph_name
+
+TEXTS = [
+    "How do I reverse a list in Python?",
+    "Convert 5 km to miles",
+    "Summarize this memo in two sentences: 'The office moves to the fourth floor next week.'",
+    "Is 91 prime?",
+    "word " * 400,  # truncated
+    "",
+]
+
+
+def test_onnx_gives_the_torch_float32_vectors_and_features(
+    encoder: SentenceEncoder, onnx_encoder: OnnxEncoder
+) -> None:
+    torch_pass = SentenceEncoder(encoder.model, "float32")
+    assert (onnx_encoder.backend, onnx_encoder.precision) == ("onnx", "float32")
+    assert (onnx_encoder.dimension, onnx_encoder.max_tokens) == (384, torch_pass.max_tokens)
+    for got, want in zip(onnx_encoder.encode(TEXTS), torch_pass.encode(TEXTS), strict=True):
+        assert float(got.vector @ want.vector) >= 0.99999
+        assert abs(float(np.linalg.norm(got.vector)) - 1.0) < 1e-5
+        mine, theirs = (
+            TokenFeatures.from_bytes(got.features),
+            TokenFeatures.from_bytes(want.features),
+        )
+        np.testing.assert_array_equal(mine.ids, theirs.ids)  # the same word pieces
+        assert mine.truncated == theirs.truncated
+        x, y = mine.embeddings.astype(np.float32), theirs.embeddings.astype(np.float32)
+        cosines = (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+        assert cosines.min() >= 0.99999
+    # Alone or padded in a batch: the same vector.
+    alone = onnx_encoder.encode([TEXTS[3]])[0]
+    assert float(alone.vector @ onnx_encoder.encode(TEXTS)[3].vector) >= 0.99999
+    assert onnx_encoder.tokenizer_vocab() == encoder.tokenizer_vocab()
+
+
+def test_the_graph_is_found_next_to_the_model_once_exported(onnx_encoder: OnnxEncoder) -> None:
+    model_dir = default_model_path()
+    assert onnx_encoder.path == model_dir / SUBDIR / graph_name(model_dir)
+    assert graph_name(model_dir).startswith("bert-") and graph_name(model_dir) == graph_name(
+        model_dir
+    )
+
+
+def test_an_export_is_checked_and_written_whole(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    target = tmp_path / "graphs" / "bert.onnx"
+    assert export(encoder.model, target) == target
+    assert [p.name for p in target.parent.iterdir()] == ["bert.onnx"]  # no temporary left
+    assert target.stat().st_mode & 0o444 == 0o444  # readable by the gateway's user
+    exported = OnnxEncoder.of(encoder.model, target)
+    (vector,) = exported.encode(["Convert 5 km to miles"])
+    assert float(vector.vector @ encoder.encode(["Convert 5 km to miles"])[0].vector) > 0.9999
+
+
+def test_a_fallback_directory_is_used_only_when_the_graph_is_not_next_to_the_model(
+    encoder: SentenceEncoder, onnx_encoder: OnnxEncoder, tmp_path: Path
+) -> None:
+    assert ensure_onnx(encoder.model, default_model_path(), tmp_path) == onnx_encoder.path
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_auto_picks_onnx_on_a_cpu_without_bf16() -> None:
+    chosen = load_embedder(device="cpu")
+    assert chosen.backend == ("torch" if native_bf16() else "onnx")
+    assert load_embedder(device="cpu", backend="torch").backend == "torch"
