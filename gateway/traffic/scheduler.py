@@ -217,6 +217,12 @@ _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not f
 # first in line, still waited for a request to finish (bench/capacity.py, 5x: interactive
 # time to first token p99 8x its unloaded value with a fixed limit, ~12x learned).
 RESERVED_SHARE = 0.1
+# Admission counts on the lowest limit of this many seconds (a learned limit moves: a cut
+# when the engine queues, a pin at half while its latency baseline is measured), re-checks
+# on the current one. Both on the current limit, every swing down turned the requests
+# admitted at the top into late refusals: bench/capacity.py at 5x, adaptive limits, about a
+# fifth of the noisy tenant's refusals came 1 to 4 s after arrival, not at once.
+LIMIT_MEMORY_S = 10.0
 
 
 class Shed(Exception):
@@ -329,6 +335,7 @@ class FairScheduler:
             raise ValueError("admit_fraction must be in (0, 1]")
         self._max = max_concurrency
         self._ceiling = max_concurrency
+        self._limits: deque[tuple[float, int]] = deque([(clock(), max_concurrency)])
         self._cold_start_s = 0.0  # expected time until capacity appears while it is 0
         self._max_queue = max_queue
         self._clock = clock
@@ -368,6 +375,7 @@ class FairScheduler:
             raise ValueError("max_concurrency must be >= 0")
         self._max = max_concurrency
         self._ceiling = max_concurrency if ceiling is None else max(ceiling, max_concurrency)
+        self._remember_limit(self._clock())
         self._cold_start_s = cold_start_s
         self._pump()
 
@@ -445,7 +453,7 @@ class FairScheduler:
     def _admit(self, entry: Entry, now: float) -> None:
         """Refuses on arrival (raises Shed), or makes room in a full queue."""
         ahead = self._queue.ahead_of(entry.tenant, entry.weight, entry.rank)
-        wait = self._wait(ahead, entry.rank, now)
+        wait = self._wait(ahead, entry.rank, now, admitting=True)
         # Held for a cold start, the wait is mostly the start's, not a queue at its limit.
         fraction = self._admit_fraction if self._max else 1.0
         if should_shed(now, entry.deadline, wait, fraction):
@@ -458,17 +466,32 @@ class FairScheduler:
             raise self._count(entry, Shed("queue_full", retry_after_s(drain)))
         self._drop(victim, "displaced")
 
-    def _wait(self, ahead: int, rank: int, now: float) -> float:
+    def _wait(self, ahead: int, rank: int, now: float, *, admitting: bool = False) -> float:
         """Expected wait behind `ahead` waiters: higher classes arriving meanwhile go first,
-        so a lower class gets only what they leave."""
+        so a lower class gets only what they leave. `admitting`: on the lowest recent limit
+        (LIMIT_MEMORY_S), else on the current one."""
         higher = self._load.above(rank, now, self._class_mean_s, self._max)
         # Slots kept for the top class (`_room`) are none of this class's to wait for; and
         # the slots it may fill free up at its own pace: with the mean over every class,
         # short interactive answers made a batch queue look twice as fast as it drained,
         # and the batch requests admitted on that estimate were refused late.
         slots = self._room(rank, now)
+        if admitting:
+            slots = max(1, slots - (self._max - self._limit_floor(now)))
         wait = self._expected_wait(ahead, slots, self._class_mean_s(rank))
         return wait / max(_MIN_LEFTOVER, 1.0 - higher)
+
+    def _remember_limit(self, now: float) -> None:
+        if self._max == 0:  # held for a cold start: what the replicas will take is new
+            self._limits.clear()
+        self._limits.append((now, self._max))
+
+    def _limit_floor(self, now: float) -> int:
+        """The lowest limit in force over the last LIMIT_MEMORY_S seconds."""
+        horizon = now - LIMIT_MEMORY_S
+        while len(self._limits) > 1 and self._limits[1][0] <= horizon:
+            self._limits.popleft()  # [0] stays: the limit in force at the horizon
+        return min((limit for _, limit in self._limits), default=self._max)
 
     def _class_mean_s(self, rank: int) -> float:
         """A class's own mean service time; the overall mean until it has samples."""

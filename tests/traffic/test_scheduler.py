@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.traffic.scheduler import (
+    LIMIT_MEMORY_S,
     Entry,
     FairQueue,
     FairScheduler,
@@ -363,6 +364,26 @@ async def test_a_batch_newcomer_counts_on_batch_service_times_not_the_mean_of_al
     await h.submit("b1", tenant="jobs")  # one ahead of the newcomer: 2 x 2 s
     with pytest.raises(Shed, match="deadline_unreachable"):
         await scheduler.acquire("jobs", 1.0, "batch", 10, 10, clock.now + 2 * 3.0)
+    await h.drain()
+
+
+async def test_admission_counts_on_the_lowest_recent_limit() -> None:
+    """A limit of 10 cut to 5 for a moment and back: for LIMIT_MEMORY_S a newcomer is
+    admitted as if 5 slots served the queue; after that, on 10 again."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock, initial_service_s=1.0))
+    for i in range(10 + 8):
+        await h.submit(f"b{i}", tenant="jobs")
+    assert len(h.running) == 10 and len(h.pending) == 8  # 8 ahead: a 0.9 s wait on 10
+    h.scheduler.set_capacity(5)
+    h.scheduler.set_capacity(10)
+    # On 5 slots, 8 ahead and 10 in flight: (8 - (5 - 10) + 1) / 5 = 2.8 s, past half of 4.
+    with pytest.raises(Shed, match="deadline_unreachable"):
+        await h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 4.0)
+    assert len(h.pending) == 8  # the waiters stay
+    clock.now += LIMIT_MEMORY_S + 0.1
+    await h.submit("late", tenant="jobs", deadline=clock.now + 4.0)
+    assert len(h.pending) == 9  # the cut is forgotten: admitted
     await h.drain()
 
 
