@@ -2,12 +2,16 @@
 
 Concurrent `embed` calls share one forward pass, run in the embedder's own thread so the
 event loop never waits on the model. A lookup says how long it may wait (`within_s`, what
-is left of its budget). The embedder keeps the measured seconds per text of recent passes
+is left of its budget). The embedder fits the time of recent passes as a fixed cost plus
+a cost per text (`PassTimes`: a batch of eight costs far less than eight lone passes)
 and estimates when a new text's pass would end: after the pass running now and the
 lookups queued ahead. A text it would not reach in time is refused at once
 (`EmbedderBusy`): the lookup fails open, a counted miss, instead of queueing behind a
 saturated model past its budget. An idle embedder always takes a text (a first, slow
-pass must not lock it out).
+pass must not lock it out). The estimate is corrected by how long lookups actually waited
+against what it predicted for them (`lag`): a busy event loop resumes the callers of a
+batch one after the other, each doing its search and decision, so the last resumes well
+after the pass ended.
 
 Batches are sized the same way, as Triton's dynamic batcher bounds a batch by its queue
 delay: a batch takes waiting lookups in order while its pass would still end before the
@@ -29,11 +33,50 @@ from dataclasses import dataclass
 
 from cache.embedder import Embedded, Encoder, embed_many
 
-_SMOOTHING = 0.3  # weight of the latest pass in the seconds-per-text estimate
+_PASSES_FITTED = 32  # recent passes the time estimate is fitted to
+_LAG_SMOOTHING = 0.1  # weight of the latest lookup in the waited/predicted ratio
+_LAG_RANGE = (0.5, 4.0)
 
 
 class EmbedderBusy(Exception):
     """The embedder would not reach this text within the time the caller has left."""
+
+
+class PassTimes:
+    """Seconds a pass over n texts takes, least squares over recent passes:
+    `fixed_s + per_text_s * n` (a plain rate when the sizes do not tell them apart)."""
+
+    def __init__(self) -> None:
+        self._passes: deque[tuple[int, float]] = deque(maxlen=_PASSES_FITTED)
+        self._first = True
+        self.fixed_s = 0.0
+        self.per_text_s: float | None = None  # None: no pass measured yet
+
+    def observe(self, texts: int, seconds: float) -> None:
+        if not self._first and len(self._passes) == 1 and self._passes[0][0] == 0:
+            self._passes.clear()  # the first pass (allocations, kernel choice) is dropped
+        self._passes.append((0 if self._first else texts, seconds))
+        self._first = False
+        self.fixed_s, self.per_text_s = _fit([(max(n, 1), s) for n, s in self._passes])
+
+    def seconds(self, texts: int, passes: int = 1) -> float:
+        """Estimated time of `texts` in `passes` passes (0 before any pass)."""
+        return passes * self.fixed_s + (self.per_text_s or 0.0) * texts
+
+
+def _fit(passes: list[tuple[int, float]]) -> tuple[float, float]:
+    sizes = [n for n, _ in passes]
+    mean_n = sum(sizes) / len(passes)
+    mean_s = sum(s for _, s in passes) / len(passes)
+    spread = sum((n - mean_n) ** 2 for n in sizes)
+    rate = sum(s / n for n, s in passes) / len(passes)
+    if spread == 0:
+        return 0.0, rate
+    per_text = sum((n - mean_n) * (s - mean_s) for n, s in passes) / spread
+    fixed = mean_s - per_text * mean_n
+    if per_text <= 0 or fixed < 0:  # noise: fall back to a plain rate
+        return 0.0, rate
+    return fixed, per_text
 
 
 @dataclass(eq=False)
@@ -57,8 +100,9 @@ class BatchingEmbedder:
         self._arrived = asyncio.Event()
         self._executor: ThreadPoolExecutor | None = None
         self._dispatcher: asyncio.Task[None] | None = None
-        self._per_text_s: float | None = None  # recent passes, smoothed
+        self.times = PassTimes()
         self._running_until: float | None = None  # expected end of the pass in progress
+        self._lag = 1.0  # lookups' waits over the waits predicted for them, smoothed
         self.refused = 0  # texts refused with EmbedderBusy
 
     async def start(self) -> None:
@@ -89,19 +133,23 @@ class BatchingEmbedder:
         await self.close()
 
     @property
-    def per_text_s(self) -> float | None:
-        """Seconds per text of recent passes (None before the first)."""
-        return self._per_text_s
+    def lag(self) -> float:
+        """How much longer than predicted lookups waited, recently (1: as predicted)."""
+        return self._lag
 
     def expected_wait_s(self) -> float:
         """How long a lookup's text would take from now: the pass running, the lookups
-        queued ahead, its own share. 0 when idle or before any pass was measured."""
-        per_text = self._per_text_s
-        if per_text is None or self._idle():
+        queued ahead, its own share, times `lag`. 0 when idle or before any pass was
+        measured."""
+        if self.times.per_text_s is None or self._idle():
             return 0.0
+        return self._lag * self._predicted_s()
+
+    def _predicted_s(self) -> float:
         now = asyncio.get_running_loop().time()
         running = max(0.0, self._running_until - now) if self._running_until else 0.0
-        return running + per_text * (len(self._lookups) + 1)
+        texts = len(self._lookups) + 1
+        return running + self.times.seconds(texts, math.ceil(texts / self._max_batch))
 
     async def embed(self, text: str, within_s: float | None = None) -> Embedded:
         """The text's embedding. `within_s`: the most this lookup may wait; raises
@@ -110,12 +158,29 @@ class BatchingEmbedder:
         if self._dispatcher is None:
             raise RuntimeError("BatchingEmbedder.start() was not awaited")
         loop = asyncio.get_running_loop()
-        if within_s is not None and self.expected_wait_s() > within_s:
+        if within_s is None:
+            return await self._queue(self._background, text, math.inf)
+        expected = self.expected_wait_s()
+        if expected > within_s:
             self.refused += 1
-            raise EmbedderBusy(f"the embedder would take {self.expected_wait_s():.3f} s")
-        deadline = math.inf if within_s is None else loop.time() + within_s
-        request = _Request(text, loop.create_future(), deadline)
-        (self._background if within_s is None else self._lookups).append(request)
+            raise EmbedderBusy(f"the embedder would take {expected:.3f} s")
+        # Also when idle (admitted whatever the estimate): the lag then learns from it.
+        predicted = self._predicted_s()
+        asked = loop.time()
+        try:
+            return await self._queue(self._lookups, text, asked + within_s)
+        finally:  # a lookup given up past its budget waited at least this long
+            if predicted > 0:
+                self._waited(predicted, loop.time() - asked)
+
+    def _waited(self, predicted_s: float, waited_s: float) -> None:
+        low, high = _LAG_RANGE
+        lag = self._lag + _LAG_SMOOTHING * (waited_s / predicted_s - self._lag)
+        self._lag = min(high, max(low, lag))
+
+    async def _queue(self, queue: deque[_Request], text: str, deadline: float) -> Embedded:
+        request = _Request(text, asyncio.get_running_loop().create_future(), deadline)
+        queue.append(request)
         self._arrived.set()
         return await request.future
 
@@ -167,17 +232,15 @@ class BatchingEmbedder:
         return len(batch) < self._max_batch
 
     def _fits(self, now: float, batch: list[_Request], request: _Request) -> bool:
-        if self._per_text_s is None:
-            return True
         earliest = min(request.deadline, *(r.deadline for r in batch))
-        return now + self._per_text_s * (len(batch) + 1) <= earliest
+        return now + self._lag * self.times.seconds(len(batch) + 1) <= earliest
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Request]) -> None:
         live = [r for r in batch if not r.future.done()]
         if not live:
             return
         started = loop.time()
-        self._running_until = started + (self._per_text_s or 0.0) * len(live)
+        self._running_until = started + self.times.seconds(len(live))
         try:
             results = await loop.run_in_executor(
                 self._executor, self.encoder.encode, [r.text for r in live]
@@ -193,11 +256,7 @@ class BatchingEmbedder:
             return
         finally:
             self._running_until = None
-        self._observe((loop.time() - started) / len(live))
+        self.times.observe(len(live), loop.time() - started)
         for r, result in zip(live, results, strict=True):
             if not r.future.done():
                 r.future.set_result(result)
-
-    def _observe(self, per_text_s: float) -> None:
-        last = self._per_text_s
-        self._per_text_s = per_text_s if last is None else last + _SMOOTHING * (per_text_s - last)

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from cache.batching import BatchingEmbedder, EmbedderBusy
+from cache.batching import BatchingEmbedder, EmbedderBusy, PassTimes
 from cache.embedder import SentenceEncoder
 
 TEXTS = [f"How do I convert {n} km to miles?" for n in range(10)]
@@ -20,7 +20,7 @@ async def test_a_lookup_the_queue_would_keep_past_its_time_is_refused_at_once(
 ) -> None:
     async with BatchingEmbedder(encoder, window_ms=0, max_batch=4) as embedder:
         await embedder.embed("warm up")
-        per_text = embedder.per_text_s
+        per_text = embedder.times.per_text_s
         assert per_text is not None and per_text > 0
         waiting = [asyncio.ensure_future(embedder.embed(t, within_s=60)) for t in TEXTS]
         await asyncio.sleep(0)  # queued: ten texts ahead of the next one
@@ -37,7 +37,7 @@ async def test_a_lookup_the_queue_would_keep_past_its_time_is_refused_at_once(
 async def test_an_idle_embedder_always_takes_a_text(encoder: SentenceEncoder) -> None:
     async with BatchingEmbedder(encoder) as embedder:
         await embedder.embed("warm up")
-        embedder._per_text_s = 10.0  # a first pass this slow must not lock lookups out
+        embedder.times.per_text_s = 10.0  # a first pass this slow must not lock lookups out
         assert embedder.expected_wait_s() == 0.0
         assert (await embedder.embed("hello", within_s=0.0)).vector.shape == (384,)
         assert embedder.refused == 0
@@ -46,7 +46,7 @@ async def test_an_idle_embedder_always_takes_a_text(encoder: SentenceEncoder) ->
 async def test_a_batch_ends_before_the_earliest_deadline_in_it(encoder: SentenceEncoder) -> None:
     async with BatchingEmbedder(encoder, window_ms=0, max_batch=32) as embedder:
         await embedder.embed("warm up")
-        embedder._per_text_s = 0.5  # as a slow model leaves the estimate
+        embedder.times.per_text_s = 0.5  # as a slow model leaves the estimate
         before = encoder.forward_passes
         # The first may wait 1.2 s: a pass of three would end past that, so it runs with
         # one other; the rest, with a minute each, share the next pass.
@@ -68,3 +68,14 @@ async def test_lookups_go_before_background_work(encoder: SentenceEncoder) -> No
         await asyncio.sleep(0)  # queued (the first pair may be running already)
         await asyncio.gather(embed("a lookup", 60), *stores)
         assert done.index("a lookup") <= 2
+
+
+def test_pass_times_tell_the_fixed_cost_from_the_cost_per_text() -> None:
+    times = PassTimes()
+    assert (times.per_text_s, times.seconds(8)) == (None, 0.0)
+    times.observe(1, 0.5)  # the first pass is slow, and soon forgotten
+    assert times.per_text_s == 0.5
+    for texts in (1, 8, 2, 4, 1, 8):
+        times.observe(texts, 0.002 + 0.003 * texts)
+    assert abs(times.fixed_s - 0.002) < 1e-9 and abs(times.seconds(8) - 0.026) < 1e-9
+    assert abs(times.seconds(16, passes=2) - 0.052) < 1e-9

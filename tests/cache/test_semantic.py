@@ -100,7 +100,7 @@ async def test_a_lookup_the_busy_embedder_cannot_serve_in_time_fails_open_at_onc
     embedder = BatchingEmbedder(encoder)
     async with semantic_cache(tmp_path, encoder, verifier, 0.05, embedder=embedder) as cache:
         await embedder.embed("warm up")
-        embedder._per_text_s = 1.0  # as the estimate would see a model this slow
+        embedder.times.per_text_s = 1.0  # as the estimate would see a model this slow
         stores = [embedder.embed(f"stored answer {i}") for i in range(3)]  # background
         queued = anyio.Event()
 
