@@ -107,7 +107,7 @@ class Metrics:
         )
         self._cache_fail_open = Counter(
             "gateway_cache_fail_open",
-            "Lookups or stores given up (budget, store, embedder).",
+            "Lookups or stores given up (budget, embedder_busy, store, error, ...).",
             ["reason"],
             registry=r,
         )
