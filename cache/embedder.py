@@ -50,10 +50,13 @@ Precision = Literal["float32", "bfloat16", "auto"]
 DEFAULT_PRECISION: Precision = "auto"
 
 # Which runtime runs the pass. torch: SentenceEncoder. onnx: OnnxEncoder, on the CPU only.
-# auto: onnx on a CPU without native bf16 (where the choice is torch's float32), torch
-# otherwise (CUDA, or bf16 units, where torch's bf16 pass is as fast as ONNX Runtime's
-# float32 one for a lone prompt and faster for a batch). Measured on this 2-core machine:
-# see README "Semantic cache" and bench/cache_latency.py --embedder.
+# auto: onnx on the CPU (for a model cache/bert.py reproduces), torch otherwise (CUDA).
+# Measured on this 2-core machine (bench/cache_latency.py --quick --embedder torch,onnx;
+# README "Semantic cache"): ONNX Runtime runs a lone prompt in half torch's float32 time,
+# and a little slower than torch's bf16 pass where the CPU has bf16 (5.3 against 4.3 ms);
+# but under load torch's pass, which takes the GIL back after each of its ~60 operators,
+# crawls behind a busy event loop (at concurrency 64 with every failed-open lookup back at
+# once, no semantic hit at all in torch, 34/s in ONNX Runtime, which releases it once).
 Backend = Literal["auto", "onnx", "torch"]
 
 
@@ -292,8 +295,7 @@ def _runs_onnx(
         if not exportable:
             raise ValueError("backend onnx: only a BERT model with mean pooling, on the CPU")
         return True
-    bf16 = precision == "bfloat16" or (precision == "auto" and native_bf16())
-    return exportable and not bf16
+    return exportable and precision != "bfloat16"  # asked for bf16: torch's pass has it
 
 
 def embed_many(encoder: Encoder, texts: Sequence[str], batch: int = 32) -> list[Embedded]:

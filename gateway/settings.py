@@ -292,7 +292,7 @@ class CacheSettings(_Strict):
     model_path: str | None = None  # a sentence-transformers folder; None: the packaged MiniLM
     device: str | None = None  # None: cuda when available, else cpu
     # What runs the embedding model: onnx (ONNX Runtime, CPU only), torch, or auto: onnx on
-    # a CPU without native bf16, torch on CUDA or with bf16 units (README "Semantic cache").
+    # the CPU, torch on CUDA (README "Semantic cache").
     embedder: Literal["auto", "onnx", "torch"] = "auto"
     path: Path = Path(".gateway/cache")  # where the `memory` state store persists entries
     ttl_s: float = Field(default=7 * 86400, gt=0)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cache.embedder import SentenceEncoder, default_model_path, load_embedder, native_bf16
+from cache.embedder import SentenceEncoder, default_model_path, load_embedder
 from cache.features import TokenFeatures
 from cache.onnx_encoder import OnnxEncoder
 from cache.onnx_export import SUBDIR, ensure_onnx, export, graph_name
@@ -71,7 +71,6 @@ def test_a_fallback_directory_is_used_only_when_the_graph_is_not_next_to_the_mod
     assert list(tmp_path.iterdir()) == []
 
 
-def test_auto_picks_onnx_on_a_cpu_without_bf16() -> None:
-    chosen = load_embedder(device="cpu")
-    assert chosen.backend == ("torch" if native_bf16() else "onnx")
+def test_auto_picks_onnx_on_the_cpu() -> None:
+    assert load_embedder(device="cpu").backend == "onnx"
     assert load_embedder(device="cpu", backend="torch").backend == "torch"
