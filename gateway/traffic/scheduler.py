@@ -379,6 +379,16 @@ class FairScheduler:
         self._cold_start_s = cold_start_s
         self._pump()
 
+    def _dispatchable_at_once(self, entry: Entry, now: float) -> bool:
+        """Nobody of its class or a higher one waits, and it may be dispatched now (the
+        top class within its burst allowance even while lower classes queue)."""
+        return (
+            self._queue.ahead(entry.rank) == 0
+            and now < entry.deadline
+            and self._may_dispatch(entry.rank, now)
+            and (entry.rank == self._top_rank or self._pacer.ready(now))
+        )
+
     def set_pace(self, interval_s: float) -> None:
         """Lower classes' dispatches beyond replacing finished requests at most one per
         `interval_s` (gateway.traffic.pacing); 0: no pacing."""
@@ -406,13 +416,8 @@ class FairScheduler:
         now = self._clock()
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
         entry = Entry(tenant, weight, priority, self._ranks[priority], charge, deadline, now)
-        if (
-            not self._waiters
-            and self._may_dispatch(entry.rank, now)
-            and now < deadline
-            and (entry.rank == self._top_rank or self._pacer.ready(now))
-        ):
-            # Nobody waits and a slot is free: what push, pump and grant would do, at once.
+        if self._dispatchable_at_once(entry, now):
+            # Nobody waits before it and it may go: what push, pump and grant would do.
             self._queue.dispatch_at_once(entry)
             return self._start(entry, now)
         self._admit(entry, now)

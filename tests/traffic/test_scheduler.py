@@ -324,9 +324,10 @@ async def test_while_interactive_is_active_batch_leaves_a_slot_free_for_it() -> 
 
 async def test_above_its_limit_interactive_uses_its_burst_allowance_up_to_the_ceiling() -> None:
     """A learned limit of 10 under a ceiling of 100, batch holding its nine slots:
-    interactive arrivals are still dispatched at once, up to their allowance (their recent
-    concurrency plus three standard deviations, at most half the limit: 5 here). With a
-    fixed limit (ceiling = limit) nothing goes over it."""
+    interactive arrivals are still dispatched at once, however close their deadline (the
+    batch waiters are no queue to them), up to their allowance (their recent concurrency
+    plus three standard deviations, at most half the limit: 5 here). With a fixed limit
+    (ceiling = limit) nothing goes over it, and a tight deadline is refused."""
     for ceiling, dispatched in ((100, 5), (None, 1)):
         clock = FakeClock()
         h = Harness(FairScheduler(10, 100, clock))
@@ -336,11 +337,15 @@ async def test_above_its_limit_interactive_uses_its_burst_allowance_up_to_the_ce
         for i in range(12):
             await h.submit(f"b{i}", tenant="jobs")
         assert len(h.running) == 9  # one slot kept
-        for i in range(1, 8):
+        await h.submit("i1", tenant="web", priority="interactive")  # the kept slot
+        tight = h.scheduler.acquire("web", 1.0, "interactive", 10, 10, clock.now + 0.01)
+        if ceiling is None:
+            with pytest.raises(Shed, match="deadline_unreachable"):
+                await tight
+        else:
+            h.running.append((await tight, (10, 10)))
+        for i in range(3, 8):
             await h.submit(f"i{i}", tenant="web", priority="interactive")
-        assert [tag for tag in h.order if tag.startswith("i")][1:] == [
-            f"i{i}" for i in range(1, 1 + dispatched)
-        ]
         assert len(h.running) == 9 + dispatched
         await h.drain()
 
