@@ -481,9 +481,9 @@ class FairScheduler:
         # short interactive answers made a batch queue look twice as fast as it drained,
         # and the batch requests admitted on that estimate were refused late.
         slots = self._room(rank, now)
-        if admitting:
-            slots = max(1, slots - (self._max - self._limit_floor(now)))
-        wait = self._expected_wait(ahead, slots, self._class_mean_s(rank))
+        # Admitting, the queue is taken to drain at the pace of the lowest recent limit.
+        serving = max(1, slots - (self._max - self._limit_floor(now))) if admitting else slots
+        wait = self._expected_wait(ahead, slots, self._class_mean_s(rank), serving)
         return wait / max(_MIN_LEFTOVER, 1.0 - higher)
 
     def _remember_limit(self, now: float) -> None:
@@ -493,10 +493,17 @@ class FairScheduler:
 
     def _limit_floor(self, now: float) -> int:
         """The lowest limit in force over the last LIMIT_MEMORY_S seconds."""
+        return min(self._recent_limits(now), default=self._max)
+
+    def _limit_peak(self, now: float) -> int:
+        """The highest limit in force over the last LIMIT_MEMORY_S seconds."""
+        return max(self._recent_limits(now), default=self._max)
+
+    def _recent_limits(self, now: float) -> list[int]:
         horizon = now - LIMIT_MEMORY_S
         while len(self._limits) > 1 and self._limits[1][0] <= horizon:
             self._limits.popleft()  # [0] stays: the limit in force at the horizon
-        return min((limit for _, limit in self._limits), default=self._max)
+        return [limit for _, limit in self._limits]
 
     def _class_mean_s(self, rank: int) -> float:
         """A class's own mean service time; the overall mean until it has samples."""
@@ -507,13 +514,17 @@ class FairScheduler:
         return self._expected_wait(self._queue.ahead(rank))
 
     def _expected_wait(
-        self, ahead: int, slots: int | None = None, mean_s: float | None = None
+        self,
+        ahead: int,
+        slots: int | None = None,
+        mean_s: float | None = None,
+        serving: int | None = None,
     ) -> float:
         mean_s = self._service.mean_s if mean_s is None else mean_s
         if self._max == 0:  # cold: the wait is the start, then a share of one replica
             return self._cold_start_s + expected_wait_s(ahead, 0, 1, mean_s)
         slots = self._max if slots is None else slots
-        return expected_wait_s(ahead, self._in_flight, slots, mean_s)
+        return expected_wait_s(ahead, self._in_flight, slots, mean_s, serving)
 
     def _pump(self) -> None:
         """Dispatches while slots are free; drops expired waiters on the way."""
@@ -578,12 +589,15 @@ class FairScheduler:
         """Slots the top class may hold whatever lower classes hold: its mean concurrency
         over the last few seconds plus three standard deviations, as for Poisson arrivals
         (M/G/inf: the number in service is Poisson), so that it waits here about once in
-        a thousand arrivals; at least the reserve. At most half the limit: a flood of top
-        class requests raises its own mean, and must still meet the limit, so the engine
-        holds at most one and a half times its limit."""
+        a thousand arrivals; at least the reserve. At most half the highest limit of the
+        last LIMIT_MEMORY_S: a flood of top class requests raises its own mean, and must
+        still meet a limit, so the engine holds at most one and a half times that. The
+        highest, not the current: while a latency baseline is measured the limit is pinned
+        at half for a few seconds, and interactive traffic that needs more than half of
+        that would queue behind batch through the whole measurement."""
         mean = self._load.concurrency(self._top_rank, now, self._class_mean_s(self._top_rank))
         wanted = math.ceil(mean + 3.0 * math.sqrt(mean))
-        return max(self._reserve(), min(wanted, self._max // 2))
+        return max(self._reserve(), min(wanted, self._limit_peak(now) // 2))
 
     def _reserve(self) -> int:
         return max(1, round(RESERVED_SHARE * self._max))

@@ -350,6 +350,23 @@ async def test_above_its_limit_interactive_uses_its_burst_allowance_up_to_the_ce
         await h.drain()
 
 
+async def test_while_the_limit_is_pinned_low_the_allowance_keeps_to_the_recent_peak() -> None:
+    """A limit of 10 pinned at 4 (a latency baseline being measured): the interactive
+    allowance stays at half of 10, not of 4, for LIMIT_MEMORY_S."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock))
+    h.scheduler.set_capacity(10, ceiling=100)
+    await h.submit("i0", tenant="web", priority="interactive")
+    await h.drain()
+    for i in range(12):
+        await h.submit(f"b{i}", tenant="jobs")
+    h.scheduler.set_capacity(4, ceiling=100)
+    for i in range(1, 8):
+        await h.submit(f"i{i}", tenant="web", priority="interactive")
+    assert len(h.running) == 9 + 5
+    await h.drain()
+
+
 async def test_a_batch_newcomer_counts_on_batch_service_times_not_the_mean_of_all() -> None:
     """Short interactive answers pull the overall mean down; a batch queue drains at batch
     pace, so the batch newcomer's expected wait uses batch's own mean."""
@@ -374,21 +391,21 @@ async def test_a_batch_newcomer_counts_on_batch_service_times_not_the_mean_of_al
 
 async def test_admission_counts_on_the_lowest_recent_limit() -> None:
     """A limit of 10 cut to 5 for a moment and back: for LIMIT_MEMORY_S a newcomer is
-    admitted as if 5 slots served the queue; after that, on 10 again."""
+    admitted as if the queue drained at the pace of 5 slots; after that, of 10 again."""
     clock = FakeClock()
     h = Harness(FairScheduler(10, 100, clock, initial_service_s=1.0))
     for i in range(10 + 8):
         await h.submit(f"b{i}", tenant="jobs")
-    assert len(h.running) == 10 and len(h.pending) == 8  # 8 ahead: a 0.9 s wait on 10
+    assert len(h.running) == 10 and len(h.pending) == 8
     h.scheduler.set_capacity(5)
     h.scheduler.set_capacity(10)
-    # On 5 slots, 8 ahead and 10 in flight: (8 - (5 - 10) + 1) / 5 = 2.8 s, past half of 4.
+    # 8 ahead, every slot busy: 9 turns of 1 s / 5 = 1.8 s, past half of 3 s.
     with pytest.raises(Shed, match="deadline_unreachable"):
-        await h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 4.0)
+        await h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 3.0)
     assert len(h.pending) == 8  # the waiters stay
     clock.now += LIMIT_MEMORY_S + 0.1
-    await h.submit("late", tenant="jobs", deadline=clock.now + 4.0)
-    assert len(h.pending) == 9  # the cut is forgotten: admitted
+    await h.submit("late", tenant="jobs", deadline=clock.now + 3.0)
+    assert len(h.pending) == 9  # the cut is forgotten: 9 turns of 1 s / 10, admitted
     await h.drain()
 
 
