@@ -409,6 +409,25 @@ async def test_admission_counts_on_the_lowest_recent_limit() -> None:
     await h.drain()
 
 
+async def test_a_limit_pinned_low_for_a_moment_drops_no_waiter() -> None:
+    """Eighteen waiters admitted on a limit of 10 (the last expects 1.8 s of its 3.7);
+    the limit pinned at 3 for a moment: on 3 slots the last would expect 8 s and be
+    dropped, but re-checks count on the highest recent limit, so every waiter stays."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock, initial_service_s=1.0))
+    for i in range(10):
+        await h.submit(f"busy{i}", tenant="old")
+    for i in range(18):
+        await h.submit(f"b{i}", tenant="jobs", deadline=clock.now + 3.7)
+    assert len(h.pending) == 18
+    h.scheduler.set_capacity(3)
+    await h.settle()
+    assert len(h.pending) == 18
+    assert h.scheduler.snapshot().shed == {}
+    h.scheduler.set_capacity(10)
+    await h.drain()
+
+
 async def test_interactive_overtakes_batch() -> None:
     h = Harness(FairScheduler(1, 10, FakeClock()))
     await h.submit("first")
