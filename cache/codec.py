@@ -93,9 +93,36 @@ def write_snapshot(path: Path, dim: int, stored: list[StoredEntry]) -> None:
         for name in _FIELDS:
             parts += [_U32.pack(len(fields[name])), fields[name]]
     body = b"".join([*parts, _END, _U32.pack(len(stored))])
+    _replace(path, body + _U32.pack(zlib.crc32(body)))
+
+
+# The error-bounded mode's evidence, per namespace: {namespace: [evidence JSON, expires_at]}
+# in one small orjson file beside the snapshot (a few KB per namespace that uses it).
+Evidence = dict[str, tuple[bytes, float]]
+
+
+def write_evidence(path: Path, evidence: Evidence) -> None:
+    """Atomically replace `path` with `evidence`."""
+    rows = {ns: [data.decode(), expires_at] for ns, (data, expires_at) in evidence.items()}
+    _replace(path, orjson.dumps(rows))
+
+
+def read_evidence(path: Path) -> Evidence:
+    """The evidence written to `path`; {} if there is none. Raises CorruptSnapshot."""
+    try:
+        rows = orjson.loads(path.read_bytes())
+        return {ns: (data.encode(), float(expires_at)) for ns, (data, expires_at) in rows.items()}
+    except FileNotFoundError:
+        return {}
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+        raise CorruptSnapshot(f"{path}: corrupt evidence: {exc}") from exc
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Written to a temporary name, fsynced and renamed: a reader sees old or new."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as out:
-        out.write(body + _U32.pack(zlib.crc32(body)))
+        out.write(data)
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)

@@ -2,15 +2,19 @@
 store complete answers in the background. Free of HTTP: `gateway/cache_http.py` turns
 what it finds into responses and headers.
 
-    lookup(key) -> Lookup     exact key, then normalized key, then (when the key allows it)
-                              embedding similarity verified by the decision rules
+    lookup(key, delta)        exact key, then normalized key, then (when the key allows it)
+                              embedding similarity verified by the decision rules, or,
+                              with an error bound `delta`, served, explored or missed as
+                              the namespace's evidence says (cache/bounded.py)
     store_later(...)          in the owner's task group, never on the request path; until
                               it is stored, the answer is served to an identical request
                               from memory (a client repeating a request at once hits)
     record_hit_later(entry)   likewise
+    judge_later(explored, a)  an explored lookup's fresh answer: compare it with the entry's,
+                              label the namespace's evidence, store it if they differ
     delete(entry_id, tenants) one entry, on every replica (the store tells the others)
-    report_bad_hit(...)       a client says a hit was wrong: delete it, and tell the
-                              `on_bad_hit` hook (what an error-bounded policy learns from)
+    report_bad_hit(...)       a client says a hit was wrong: delete it, label the evidence
+                              when it was served under a bound, tell the `on_bad_hit` hook
 
 Lookups fail open: past `budget_s`, when the embedder is too busy to embed the prompt
 within what is left of it (cache/batching.py), or when the store or the embedder fails,
@@ -21,6 +25,7 @@ cache: every lookup misses, nothing is stored.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
@@ -31,7 +36,9 @@ import numpy as np
 import orjson
 from anyio.abc import TaskGroup
 
+from cache import error_bound
 from cache.batching import EmbedderBusy
+from cache.bounded import SIGNAL_MODEL, Explored, Ledger, agree, answer_text
 from cache.entry import CacheEntry, new_entry_id
 from cache.policy import CacheKey
 from cache.store import CacheStore, CacheUnavailable
@@ -48,6 +55,7 @@ _NO_VECTOR = np.zeros(0, dtype=np.float32)  # a pending entry's, until it is emb
 
 StageHook = Callable[[str, float], None]  # (stage, seconds): "embed", "search", "total"
 FailHook = Callable[[str], None]  # why a lookup or store failed open
+ExploreHook = Callable[[str, str], None]  # (tenant, "agreed" | "disagreed" | "unjudged")
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,10 @@ class Lookup:
     embedded: Embedded | None = None  # the prompt's embedding, reused when storing
     failed: str | None = None  # "budget", "embedder_busy", "store", "error": failed open
     # why a completed lookup missed: "no_entry" (exact tiers only), "no_candidate" (nothing
-    # similar enough), "refused:<rule>" (the decision refused the best candidate)
+    # similar enough), "refused:<rule>" (the decision refused the best candidate),
+    # "explore" (under an error bound: the model answers, and is compared with `explored`)
     reason: str | None = None
+    explored: Explored | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,9 @@ class BadHit:
     tenant: str  # who reported it (a member of the entry's scope)
     stored_for: str  # the tenant the entry was stored for
     at: float  # unix seconds
+    # a "wrong" label was added to the namespace's evidence: the entry was served under an
+    # error bound on this replica, at a signal it remembers
+    labelled: bool = False
 
 
 BadHitHook = Callable[[BadHit], None]
@@ -113,6 +126,8 @@ class SemanticCache:
         on_stage: StageHook | None = None,
         on_fail: FailHook | None = None,
         on_bad_hit: BadHitHook | None = None,
+        on_explored: ExploreHook | None = None,
+        rng: error_bound.Uniform | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -124,20 +139,24 @@ class SemanticCache:
         self._semantic = semantic
         self._on_stage = on_stage or (lambda stage, seconds: None)
         self._on_fail = on_fail or (lambda reason: None)
-        # The error-bounded mode's feed; nothing listens yet (the gateway counts reports).
         self._on_bad_hit = on_bad_hit or (lambda hit: None)
+        self._on_explored = on_explored or (lambda tenant, outcome: None)
+        # The error-bounded mode's draws (compose passes one): nothing secret rides on them.
+        self._rng = rng or random.Random()  # noqa: S311
+        self._ledger = Ledger(store, ttl_s)
         self._pending: dict[str, CacheEntry] = {}  # by exact key: answers being stored
         self._after_embed_s = 0.0  # recent search and decision time (see _after_embed)
         self._deleted: set[str] = set()  # ids of pending answers deleted before stored
 
-    async def lookup(self, key: CacheKey) -> Lookup:
+    async def lookup(self, key: CacheKey, delta: float | None = None) -> Lookup:
+        """`delta`: the tenant's error bound on semantic hits; None: the fixed decision."""
         pending = self._pending.get(key.exact_key)
         if pending is not None:
             return Lookup(Found(pending, "exact", 1.0), 1.0)
         started = time.perf_counter()
         try:
             with anyio.fail_after(self._budget_s):
-                found = await self._find(key, started + self._budget_s)
+                found = await self._find(key, started + self._budget_s, delta)
         except TimeoutError:
             return Lookup(failed="budget")
         except EmbedderBusy:
@@ -156,6 +175,13 @@ class SemanticCache:
         entry = self._entry(answer, answer.embedded)
         self._pending.setdefault(entry.exact_key, entry)
         self._tasks.start_soon(self._store_answer, answer, entry)
+
+    def judge_later(self, explored: Explored, answer: Answer, deterministic: bool) -> None:
+        """Labels the namespace's evidence with whether `answer` (the model's, to an
+        explored lookup) says what `explored`'s entry says: the same text when the request
+        is `deterministic`, else answers whose embeddings are close (cache/bounded.py).
+        A differing answer is stored as a new entry."""
+        self._tasks.start_soon(self._judge, explored, answer, deterministic)
 
     def record_hit_later(self, entry_id: str) -> None:
         # A hit on an answer still being stored counts if the store is done by then; the
@@ -188,21 +214,38 @@ class SemanticCache:
         with `tenants`, its cache scope's members) and feeds `on_bad_hit`."""
         entry = await self.delete(entry_id, tenants)
         if entry is not None:
+            labelled = await self._label_bad_hit(entry)
             at = time.time()
-            hit = BadHit(entry_id, entry.namespace, entry.model, tenant, entry.tenant, at)
+            hit = BadHit(entry_id, entry.namespace, entry.model, tenant, entry.tenant, at, labelled)
             self._on_bad_hit(hit)
         return entry
 
-    async def _find(self, key: CacheKey, deadline: float) -> Lookup:
+    async def _label_bad_hit(self, entry: CacheEntry) -> bool:
+        """A wrong label at the signal the entry was served at under a bound, if this
+        replica served it so. Otherwise (served by the fixed rules or an exact tier, by
+        another replica, or long ago) the signal is unknown and no label is made up: the
+        report is counted unlabelled. Reports only ever say "wrong", so these labels lean
+        the evidence toward refusing, never toward serving."""
+        signal = self._ledger.served_signal(entry.entry_id)
+        if signal is None:
+            return False
+        try:
+            await self._ledger.label(entry.namespace, signal, False)
+        except CacheUnavailable:
+            self._on_fail("evidence")
+            return False
+        return True
+
+    async def _find(self, key: CacheKey, deadline: float, delta: float | None) -> Lookup:
         for tier, lookup_key in (("exact", key.exact_key), ("normalized", key.normalized_key)):
             entry = await self._store.get_by_key(key.namespace, lookup_key)
             if entry is not None:
                 return Lookup(Found(entry, tier, 1.0), 1.0)
         if not (self._semantic and key.semantic):
             return Lookup(reason="no_entry")
-        return await self._nearest(key, deadline)
+        return await self._nearest(key, deadline, delta)
 
-    async def _nearest(self, key: CacheKey, deadline: float) -> Lookup:
+    async def _nearest(self, key: CacheKey, deadline: float, delta: float | None) -> Lookup:
         from cache.decision import Candidate, decide
 
         started = time.perf_counter()
@@ -218,12 +261,59 @@ class SemanticCache:
         self._on_stage("search", time.perf_counter() - searched)
         best = max((score for _, score in near), default=None)
         candidates = [Candidate(e.prompt, e.features, score) for e, score in near]
+        if delta is not None:  # the bound takes the verifier threshold's place
+            decision = replace(decision, verifier_threshold=0.0, unexplained_threshold=0.0)
         decided = decide(key.prompt, embedded, candidates, decision, self._verifier)
         self._after_embed(time.perf_counter() - searched)
         if decided.index is None:
             return Lookup(None, best, embedded, reason=_miss_reason(decided.reason))
         entry, similarity = near[decided.index]
-        return Lookup(Found(entry, "semantic", similarity), similarity, embedded)
+        found = Lookup(Found(entry, "semantic", similarity), similarity, embedded)
+        if delta is None or decided.tier != "semantic":  # a normalised match needs no bound
+            return found
+        return await self._bounded(found, decided.verifier_score or 0.0, delta)
+
+    async def _bounded(self, found: Lookup, signal: float, delta: float) -> Lookup:
+        """Serves the would-be hit, or explores it, as the namespace's evidence says."""
+        assert found.found is not None
+        entry = found.found.entry
+        state = await self._ledger.evidence(entry.namespace)
+        action = error_bound.decide(state, signal, delta, self._rng, SIGNAL_MODEL)
+        if action == "serve":
+            self._ledger.served(entry.entry_id, signal)  # for a bad-hit report's label
+            return found
+        if action == "miss":  # below the model's floor (none with the verifier's signal)
+            return replace(found, found=None, reason="no_candidate")
+        return replace(found, found=None, reason="explore", explored=Explored(entry, signal))
+
+    async def _judge(self, explored: Explored, answer: Answer, deterministic: bool) -> None:
+        outcome = "unjudged"
+        try:
+            with anyio.fail_after(_STORE_TIMEOUT_S):
+                correct = await self._agrees(explored.entry.response, answer.body, deterministic)
+                if correct is not None:
+                    await self._ledger.label(answer.key.namespace, explored.signal, correct)
+                    outcome = "agreed" if correct else "disagreed"
+        except (TimeoutError, CacheUnavailable):
+            self._on_fail("evidence")
+        except Exception:
+            _log.exception("comparing an explored answer failed")
+            self._on_fail("evidence_error")
+        self._on_explored(answer.tenant, outcome)
+        # An agreeing answer is the entry's again: a second entry would only crowd the
+        # namespace, and the rewording's next ask adds evidence again.
+        if outcome != "agreed":
+            self.store_later(answer)
+
+    async def _agrees(self, cached: bytes, fresh: bytes, deterministic: bool) -> bool | None:
+        """None when either answer has nothing to compare."""
+        first, second = answer_text(cached), answer_text(fresh)
+        if first is None or second is None:
+            return None
+        vectors = None
+        if not deterministic and first != second:  # embedded off the loop, behind lookups
+            vectors = [(await self._embedder.embed(text)).vector for text in (first, second)]
+        return agree(first, second, vectors)
 
     def _after_embed(self, seconds: float) -> None:
         """Keeps a smoothed upper estimate of the search and decision time."""
@@ -278,10 +368,13 @@ class NullCache:
 
     enabled = False
 
-    async def lookup(self, key: CacheKey) -> Lookup:
+    async def lookup(self, key: CacheKey, delta: float | None = None) -> Lookup:
         return Lookup()
 
     def store_later(self, answer: Answer) -> None:
+        pass
+
+    def judge_later(self, explored: Explored, answer: Answer, deterministic: bool) -> None:
         pass
 
     def record_hit_later(self, entry_id: str) -> None:

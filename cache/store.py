@@ -8,7 +8,10 @@
     CacheUnavailable      the store cannot answer now (Redis unreachable or timing out);
                           the gateway fails open on it and asks the model
 
-Both keep per entry its creation time and TTL (in the entry), last hit and hit count.
+Both keep per entry its creation time and TTL (in the entry), last hit and hit count, and
+per namespace the error-bounded mode's evidence (opaque bytes, cache/bounded.py), which
+lives as long as a namespace's entries do (the TTL, renewed by every update) and goes
+with a flush.
 A namespace holds at most `max_entries_per_namespace` entries: an insert beyond that evicts
 the least recently used one (hit or inserted), counted in `stats()["evictions"]`. Expired
 entries are never returned; a sweeper removes them (`stats()["expired"]`).
@@ -29,7 +32,15 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup, TaskStatus
 
-from cache.codec import CorruptSnapshot, StoredEntry, read_snapshot, write_snapshot
+from cache.codec import (
+    CorruptSnapshot,
+    Evidence,
+    StoredEntry,
+    read_evidence,
+    read_snapshot,
+    write_evidence,
+    write_snapshot,
+)
 from cache.entry import CacheEntry, Vector
 from cache.index import Hit, IndexConfig, VectorIndex
 
@@ -55,6 +66,8 @@ class CacheStore(Protocol):
     async def entry(self, entry_id: str) -> CacheEntry | None: ...
     async def delete(self, entry_id: str) -> bool: ...
     async def namespaces_of(self, tenants: Collection[str]) -> set[str]: ...
+    async def evidence(self, namespace: str) -> bytes | None: ...
+    async def put_evidence(self, namespace: str, data: bytes, ttl_s: float) -> None: ...
     def stats(self) -> dict[str, int]: ...
 
 
@@ -136,11 +149,13 @@ class LocalCacheStore:
     Persistence is a periodic snapshot, not a log: the sweeper rewrites the whole file
     (atomically, see cache/codec.py) at most every `snapshot_interval_s` when entries
     changed, and close() writes a last one. A crash loses at most that interval of inserts,
-    which for a cache only costs misses. Hits alone (their count and time, i.e. the LRU
-    order) are written at most every `hit_snapshot_interval_s`: under steady hits the
-    store would otherwise rewrite the whole file (90 MB for 10k 12-token entries) every
-    few seconds, beside the requests. A crash then loses some LRU order, which only changes
-    what is evicted first. A corrupt file is logged and ignored.
+    which for a cache only costs misses. The evidence of the error-bounded mode goes to a
+    small file of its own beside it (`<path>.evidence`), on the same schedule. Hits alone
+    (their count and time, i.e. the LRU order) are written at most every
+    `hit_snapshot_interval_s`: under steady hits the store would otherwise rewrite the
+    whole file (90 MB for 10k 12-token entries) every few seconds, beside the requests. A
+    crash then loses some LRU order, which only changes what is evicted first. A corrupt
+    file is logged and ignored.
     """
 
     def __init__(
@@ -169,12 +184,14 @@ class LocalCacheStore:
         self._lru: dict[str, OrderedDict[str, None]] = {}  # per namespace, least recent first
         self._keys: dict[tuple[str, str], str] = {}  # (namespace, exact or normalized key) -> id
         self._expiry: list[tuple[float, str]] = []  # heap of (expires_at, entry_id)
+        self._evidence: Evidence = {}  # namespace -> (evidence bytes, expires_at)
         # Index changes run in threads; this keeps them in the order of the map changes.
         self._index_lock = anyio.Lock()
         self._loops = BackgroundLoops()
         self._evictions = self._expired = 0
         self._dirty = False  # entries changed since the last snapshot
         self._hits_dirty = False  # only hit counts and times changed
+        self._evidence_dirty = False
         self._snapshot_at = time.monotonic()
 
     async def start(self, task_group: TaskGroup) -> None:
@@ -184,7 +201,7 @@ class LocalCacheStore:
 
     async def close(self) -> None:
         await self._loops.stop()
-        if self._dirty or self._hits_dirty:
+        if self._dirty or self._hits_dirty or self._evidence_dirty:
             await self._snapshot()
 
     async def get_by_key(self, namespace: str, key: str) -> CacheEntry | None:
@@ -231,6 +248,8 @@ class LocalCacheStore:
         async with self._index_lock:
             await anyio.to_thread.run_sync(self._index.drop, namespace)
         self._dirty = self._dirty or bool(doomed)
+        if self._evidence.pop(namespace, None) is not None:
+            self._evidence_dirty = True
         return len(doomed)
 
     async def entry(self, entry_id: str) -> CacheEntry | None:
@@ -251,6 +270,14 @@ class LocalCacheStore:
     async def namespaces_of(self, tenants: Collection[str]) -> set[str]:
         """Namespaces holding an entry stored for one of `tenants` (to flush them)."""
         return {s.entry.namespace for s in self._slots.values() if s.entry.tenant in tenants}
+
+    async def evidence(self, namespace: str) -> bytes | None:
+        data, expires_at = self._evidence.get(namespace, (None, 0.0))
+        return data if expires_at > self._clock() else None
+
+    async def put_evidence(self, namespace: str, data: bytes, ttl_s: float) -> None:
+        self._evidence[namespace] = (data, self._clock() + ttl_s)
+        self._evidence_dirty = True
 
     def stats(self) -> dict[str, int]:
         return {
@@ -309,6 +336,7 @@ class LocalCacheStore:
         """Remove expired entries, compact or convert indexes, snapshot if due."""
         expired = self._pop_expired(self._clock())
         self._expired += len(expired)
+        self._drop_expired_evidence(self._clock())
         self._dirty = self._dirty or bool(expired)
         async with self._index_lock:
             await anyio.to_thread.run_sync(self._index_remove, expired)
@@ -316,8 +344,14 @@ class LocalCacheStore:
         if self._snapshot_due(time.monotonic() - self._snapshot_at):
             await self._snapshot()
 
+    def _drop_expired_evidence(self, now: float) -> None:
+        stale = [ns for ns, (_, expires_at) in self._evidence.items() if expires_at <= now]
+        for namespace in stale:
+            del self._evidence[namespace]
+        self._evidence_dirty = self._evidence_dirty or bool(stale)
+
     def _snapshot_due(self, since: float) -> bool:
-        if self._dirty:
+        if self._dirty or self._evidence_dirty:
             return since >= self._snapshot_interval_s
         return self._hits_dirty and since >= self._hit_snapshot_interval_s
 
@@ -344,6 +378,9 @@ class LocalCacheStore:
         dirty, hits_dirty = self._dirty, self._hits_dirty
         self._dirty = self._hits_dirty = False
         self._snapshot_at = time.monotonic()
+        await self._snapshot_evidence(self._path)
+        if not (dirty or hits_dirty):
+            return
         slots = list(self._slots.values())
         try:
             await anyio.to_thread.run_sync(_write, self._path, self._dim, slots)
@@ -351,7 +388,21 @@ class LocalCacheStore:
             self._dirty, self._hits_dirty = self._dirty or dirty, self._hits_dirty or hits_dirty
             logger.warning("cannot write cache snapshot %s: %s", self._path, exc)
 
+    async def _snapshot_evidence(self, path: Path) -> None:
+        if not self._evidence_dirty:
+            return
+        self._evidence_dirty = False
+        try:
+            await anyio.to_thread.run_sync(_write_evidence, path, dict(self._evidence))
+        except OSError as exc:
+            self._evidence_dirty = True
+            logger.warning("cannot write cache evidence beside %s: %s", path, exc)
+
     async def _load(self, path: Path) -> None:
+        try:
+            self._evidence = await anyio.to_thread.run_sync(read_evidence, _evidence_path(path))
+        except (OSError, CorruptSnapshot) as exc:
+            logger.warning("ignoring cache evidence: %s", exc)
         try:
             stored = await anyio.to_thread.run_sync(read_snapshot, path, self._dim)
         except (OSError, CorruptSnapshot) as exc:
@@ -376,3 +427,12 @@ class LocalCacheStore:
 def _write(path: Path, dim: int, slots: list[_Slot]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_snapshot(path, dim, [StoredEntry(s.entry, s.last_hit, s.hits) for s in slots])
+
+
+def _write_evidence(path: Path, evidence: Evidence) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_evidence(_evidence_path(path), evidence)
+
+
+def _evidence_path(path: Path) -> Path:
+    return path.with_name(path.name + ".evidence")

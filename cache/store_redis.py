@@ -7,6 +7,9 @@ FAISS index (plus each entry's expiry) in memory, fed by tailing that stream wit
 returns (milliseconds). The writer also applies its own change at once, so it reads its
 writes; replays are harmless because index adds of a present id and removes of an absent
 one do nothing. A hit's entry is fetched from Redis, so hit counts and LRU are shared.
+The error-bounded mode's evidence is one plain key per namespace (`{prefix}:cache:evidence:
+<namespace>`), read and written whole with the cache's TTL: two replicas updating it at once
+lose one label at most (the later write wins), which only slows the learning.
 
 Rebuild (at start, and after any gap) scans the entries, not the stream: the stream is
 trimmed (`XADD MAXLEN ~ stream_maxlen`) and only bridges the moments a replica is behind.
@@ -210,6 +213,7 @@ class RedisCacheStore:
     async def flush_namespace(self, namespace: str) -> int:
         with _unavailable():
             removed = int(await self._run("FLUSH", namespace, self._maxlen))
+            await self._redis.delete(self._evidence_key(namespace))
         await self._apply([_Change("flush", namespace, [])])
         return removed
 
@@ -252,6 +256,15 @@ class RedisCacheStore:
                 if cursor == 0:
                     return found
 
+    async def evidence(self, namespace: str) -> bytes | None:
+        with _unavailable():
+            data: Any = await self._redis.get(self._evidence_key(namespace))
+        return None if data is None else bytes(data)
+
+    async def put_evidence(self, namespace: str, data: bytes, ttl_s: float) -> None:
+        with _unavailable():
+            await self._redis.set(self._evidence_key(namespace), data, px=int(ttl_s * 1000))
+
     def stats(self) -> dict[str, int]:
         """This replica's view: entries and namespaces in its index; evictions and expiries
         it performed on the shared state (summed over replicas, they are the totals)."""
@@ -264,6 +277,9 @@ class RedisCacheStore:
 
     def _entry_key(self, entry_id: str) -> str:
         return f"{self._p}:cache:entry:{entry_id}"
+
+    def _evidence_key(self, namespace: str) -> str:
+        return f"{self._p}:cache:evidence:{namespace}"
 
     async def _run(self, script: str, *args: Any) -> Any:
         return await self._scripts[script](keys=[self._stream], args=[self._p, *args])

@@ -34,6 +34,8 @@ class Probe:
     model: str
     kind: str
     include_usage: bool
+    delta: float | None = None  # the tenant's error bound on semantic hits, if it opted in
+    deterministic: bool = False  # temperature 0 or a seed: answers compare as text
     lookup: Lookup = field(default_factory=Lookup)
     waited_s: float = 0.0  # how long the request waited on the lookup
     # the hit's tier, "miss", or "bypass" (no-cache); what a hit saved
@@ -73,7 +75,19 @@ class HttpCache:
         if key is None:
             self._metrics.cache_lookup(tenant.name, request.model, "bypass", "-")
             return None
-        return Probe(mode, key, tenant.name, request.model, request.kind, request.include_usage)
+        bound = tenant.cache_error_bound
+        delta = None if bound is None else bound.delta
+        deterministic = inputs.temperature == 0 or inputs.body.get("seed") is not None
+        return Probe(
+            mode,
+            key,
+            tenant.name,
+            request.model,
+            request.kind,
+            request.include_usage,
+            delta,
+            deterministic,
+        )
 
     def skipped(self, request: OpenAIRequest) -> str:
         """Why a request got no probe, for its report event: "bypass" when only the
@@ -101,10 +115,12 @@ class HttpCache:
             self._metrics.cache_lookup(probe.tenant, probe.model, "bypass", "-")
             return None
         started = time.perf_counter()
-        probe.lookup = lookup = await self.cache.lookup(probe.key)
+        probe.lookup = lookup = await self.cache.lookup(probe.key, probe.delta)
         probe.waited_s = time.perf_counter() - started
         if lookup.failed is not None:
             self._metrics.cache_fail_open(lookup.failed)
+        if lookup.explored is not None:
+            self._metrics.cache_explored(probe.tenant, "explored")
         if lookup.found is None:
             self._metrics.cache_lookup(probe.tenant, probe.model, "miss", "-")
             return None
@@ -122,7 +138,11 @@ class HttpCache:
         if probe.lookup.failed in ("budget", "embedder_busy"):
             return  # the cache is overloaded: a store would add the embedding it declined
         answer = Answer(probe.key, probe.tenant, probe.model, body, probe.lookup.embedded)
-        self.cache.store_later(answer)
+        explored = probe.lookup.explored
+        if explored is not None:  # compared first; stored only if it differs
+            self.cache.judge_later(explored, answer, probe.deterministic)
+        else:
+            self.cache.store_later(answer)
 
     async def report_bad_hit(self, tenant: str, members: list[str], body: bytes) -> CacheEntry:
         """`tenant` reports a hit wrong (`{"id": its x-cache-key}`): deletes the entry, on

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import random
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -467,6 +468,9 @@ async def build_cache(
         semantic=config.semantic,
         on_stage=metrics.cache_stage,
         on_fail=metrics.cache_fail_open,
+        on_bad_hit=lambda hit: metrics.cache_bad_hit_label(hit.tenant, hit.labelled),
+        on_explored=metrics.cache_explored,
+        rng=random.Random(),  # noqa: S311  (the error-bounded draws; nothing secret)
     )
 
 

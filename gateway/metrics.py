@@ -117,6 +117,20 @@ class Metrics:
             ["tenant", "cause"],
             registry=r,
         )
+        self._cache_explores = Counter(
+            "gateway_cache_explores",
+            "Would-be semantic hits answered by the model under a tenant's error bound: "
+            "explored (at the lookup), then agreed, disagreed or unjudged once compared.",
+            ["tenant", "outcome"],
+            registry=r,
+        )
+        self._cache_bad_hit_labels = Counter(
+            "gateway_cache_bad_hit_labels",
+            "Bad-hit reports by whether they became a wrong label of the error-bounded "
+            "evidence (labelled=no: not served under a bound by this replica).",
+            ["tenant", "labelled"],
+            registry=r,
+        )
         self._cold_starts = Counter(
             "gateway_cold_starts",
             "Starts of a backend from zero ready replicas.",
@@ -173,6 +187,12 @@ class Metrics:
     def cache_deleted(self, tenant: str, cause: str) -> None:
         """`cause`: "admin" (the entry's tenant) or "bad_hit" (the tenant who reported it)."""
         self._cache_deleted.labels(tenant, cause).inc()
+
+    def cache_explored(self, tenant: str, outcome: str) -> None:
+        self._cache_explores.labels(tenant, outcome).inc()
+
+    def cache_bad_hit_label(self, tenant: str, labelled: bool) -> None:
+        self._cache_bad_hit_labels.labels(tenant, "yes" if labelled else "no").inc()
 
     def on_cold_start(self, backend: str) -> None:
         self._cold_starts.labels(backend).inc()

@@ -249,14 +249,25 @@ class ErrorBound(_Strict):
     is served with the chance that keeps wrong answers at or under `delta` per request,
     learned online from would-be hits the model also answers and that are compared.
 
-    Accepted and validated, not yet applied: the request path does not read it (README
-    "Error-bounded mode" says how it is to be wired and what bench/error_bound.py found).
+    Applied to the tenant's semantic-tier hits (README "Error-bounded mode"), with the
+    evidence pooled per cache namespace.
     """
 
     delta: float = Field(gt=0, le=0.2)  # the bound: wrong answers per request
-    # entry: evidence per stored answer (vCache as published); namespace: pooled for the
-    # namespace, which learns where entries are asked only once or twice
+    # namespace: evidence pooled for the namespace, which learns where entries are asked
+    # only once or twice (bench/error_bound.py). entry (vCache as published) is refused
+    # until evidence can live and die with its entry.
     scope: Literal["entry", "namespace"] = "namespace"
+
+    @field_validator("scope")
+    @classmethod
+    def _namespace_only(cls, scope: str) -> str:
+        if scope != "namespace":
+            raise ValueError(
+                "scope 'entry' is not supported yet: evidence is kept per namespace "
+                "(use scope: namespace, the default)"
+            )
+        return scope
 
 
 class TenantProfile(_Strict):

@@ -71,6 +71,7 @@ from gateway.tenancy.tenant_store import TenantDirectory
 from gateway.tenancy.tenants import Source
 
 MAX_BODY_BYTES = 64 * 1024
+_NULLABLE = frozenset({"cache_group", "cache_error_bound"})  # null sets these to "none"
 _Model = TypeVar("_Model", bound=BaseModel)
 Answer = tuple[int, BaseModel]
 _SPAN = (re.compile(DURATION),)
@@ -161,8 +162,9 @@ class AdminApi:
         name = await self._tenant_name(request)
         current = self.directory.catalog.tenant(name).model_dump(exclude={"keys"})
         given = patch.model_dump(exclude_unset=True, exclude={"quotas"})
-        # null keeps a field as it is, except cache_group, where it leaves the group.
-        changes = {k: v for k, v in given.items() if v is not None or k == "cache_group"}
+        # null keeps a field as it is, except where null is a setting of its own: no cache
+        # group, no error bound.
+        changes = {k: v for k, v in given.items() if v is not None or k in _NULLABLE}
         if patch.quotas is not None:
             changes["quotas"] = {**current["quotas"], **patch.quotas.model_dump(exclude_unset=True)}
         try:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints
 
-from gateway.settings import Name, Priority, Quotas, TenantProfile
+from gateway.settings import ErrorBound, Name, Priority, Quotas, TenantProfile
 
 # Created through the API, a tenant's name must fit in one URL path segment.
 TenantName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
@@ -35,7 +35,8 @@ class TenantCreate(TenantProfile):
 
 class TenantPatch(BaseModel):
     """Fields to change; those left out or null keep their value, except `cache_group: null`,
-    which leaves the group. `quotas` merges field by field (a null limit is unlimited)."""
+    which leaves the group, and `cache_error_bound: null`, which turns the error-bounded mode
+    off. `quotas` merges field by field (a null limit is unlimited)."""
 
     model_config = ConfigDict(extra="forbid")
     weight: float | None = Field(default=None, gt=0)
@@ -44,6 +45,7 @@ class TenantPatch(BaseModel):
     models: list[str] | None = None
     quotas: Quotas | None = None
     cache_group: Name | None = None
+    cache_error_bound: ErrorBound | None = None
 
 
 class TenantInfo(TenantProfile):

@@ -517,3 +517,34 @@ async def test_replication_resumes_after_a_redis_restart(private_redis: PrivateR
         await eventually(replicated, within_s=3.0)
         # the reader rebuilt from the new, empty Redis: the old entry is gone from its index
         assert reader.stats()["entries"] == 1
+
+
+async def test_evidence_is_kept_per_namespace_shared_and_flushed(
+    make_store: Callable[..., CacheStore],
+) -> None:
+    """The error-bounded mode's evidence: another replica (or the local store restarted
+    from its files) reads what one wrote; a flush drops it with the namespace's entries."""
+    store = make_store()
+    async with running(store):
+        await store.put(entry(1, "a"))
+        assert await store.evidence("a") is None
+        await store.put_evidence("a", b'{"v": 1}', 60.0)
+        await store.put_evidence("b", b"other", 60.0)
+        assert await store.evidence("a") == b'{"v": 1}'
+    again = make_store()
+    async with running(again):
+        assert await again.evidence("a") == b'{"v": 1}'
+        await again.flush_namespace("a")
+        assert await again.evidence("a") is None
+        assert await again.evidence("b") == b"other"
+
+
+async def test_local_evidence_lives_as_long_as_the_ttl_it_was_written_with() -> None:
+    now = [1000.0]
+    store = LocalCacheStore(None, DIM, clock=lambda: now[0])
+    async with running(store):
+        await store.put_evidence("a", b"e", 10.0)
+        now[0] += 9.0
+        assert await store.evidence("a") == b"e"
+        now[0] += 1.0
+        assert await store.evidence("a") is None

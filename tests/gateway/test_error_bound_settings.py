@@ -1,5 +1,5 @@
 """The per-tenant opt-in to error-bounded hits: parsed, validated, and kept by the tenant
-store's JSON round trip. (The request path does not apply it yet.)"""
+store's JSON round trip; per-entry evidence is refused with a message saying why."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def test_off_unless_a_tenant_opts_in() -> None:
         ("{delta: 0.5}", "tenants.1.cache_error_bound.delta"),
         ("{}", "tenants.1.cache_error_bound.delta"),
         ("{delta: 0.01, scope: tenant}", "tenants.1.cache_error_bound.scope"),
+        ("{delta: 0.01, scope: entry}", "scope 'entry' is not supported yet"),
     ],
 )
 def test_a_bad_bound_names_its_key(bound: str, expected: str) -> None:
@@ -43,7 +44,7 @@ def test_a_bad_bound_names_its_key(bound: str, expected: str) -> None:
 
 
 def test_survives_the_tenant_store_round_trip() -> None:
-    profile = TenantProfile(name="t", cache_error_bound=ErrorBound(delta=0.01, scope="entry"))
+    profile = TenantProfile(name="t", cache_error_bound=ErrorBound(delta=0.01))
     stored = profile.model_dump(mode="json")
     assert TenantProfile.model_validate(stored) == profile
     assert TenantProfile.model_validate({"name": "old"}).cache_error_bound is None
