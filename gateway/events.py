@@ -66,7 +66,7 @@ class RequestEvent:
     refused: str | None = None  # why it was shed or refused (quota, overload, cold start)
     at_zero: bool = False  # its backend had no ready replica when it arrived
     # why a cache lookup missed: "budget", "store", "error" (failed open), "no_entry",
-    # "no_candidate", "refused:<rule>"
+    # "no_candidate", "refused:<rule>", "explore" (error-bounded mode)
     miss_reason: str | None = None
 
 
