@@ -264,14 +264,15 @@ class SemanticCache:
         if delta is not None:  # the bound takes the verifier threshold's place
             decision = replace(decision, verifier_threshold=0.0, unexplained_threshold=0.0)
         decided = decide(key.prompt, embedded, candidates, decision, self._verifier)
-        self._after_embed(time.perf_counter() - searched)
         if decided.index is None:
-            return Lookup(None, best, embedded, reason=_miss_reason(decided.reason))
-        entry, similarity = near[decided.index]
-        found = Lookup(Found(entry, "semantic", similarity), similarity, embedded)
-        if delta is None or decided.tier != "semantic":  # a normalised match needs no bound
-            return found
-        return await self._bounded(found, decided.verifier_score or 0.0, delta)
+            looked = Lookup(None, best, embedded, reason=_miss_reason(decided.reason))
+        else:
+            entry, similarity = near[decided.index]
+            looked = Lookup(Found(entry, "semantic", similarity), similarity, embedded)
+            if delta is not None and decided.tier == "semantic":  # normalised: no bound
+                looked = await self._bounded(looked, decided.verifier_score or 0.0, delta)
+        self._after_embed(time.perf_counter() - searched)  # the evidence's read included
+        return looked
 
     async def _bounded(self, found: Lookup, signal: float, delta: float) -> Lookup:
         """Serves the would-be hit, or explores it, as the namespace's evidence says."""

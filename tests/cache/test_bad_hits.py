@@ -81,6 +81,7 @@ async def test_a_reported_entry_is_deleted_only_within_its_scope() -> None:
         [report] = reports
         assert (report.entry_id, report.tenant, report.stored_for) == (entry_id, "g2", "a")
         assert (report.namespace, report.model) == (entry.namespace, "m")
+        assert not report.labelled  # served by no error bound: no score to label it at
         assert await cache.delete(entry_id) is None  # gone
 
 
