@@ -335,7 +335,8 @@ class FairScheduler:
             raise ValueError("admit_fraction must be in (0, 1]")
         self._max = max_concurrency
         self._ceiling = max_concurrency
-        self._limits: deque[tuple[float, int]] = deque([(clock(), max_concurrency)])
+        self._limits: deque[tuple[float, int]] = deque()  # (since, limit), none while 0
+        self._remember_limit(clock())
         self._cold_start_s = 0.0  # expected time until capacity appears while it is 0
         self._max_queue = max_queue
         self._clock = clock
@@ -493,7 +494,8 @@ class FairScheduler:
     def _remember_limit(self, now: float) -> None:
         if self._max == 0:  # held for a cold start: what the replicas will take is new
             self._limits.clear()
-        self._limits.append((now, self._max))
+        else:
+            self._limits.append((now, self._max))
 
     def _limit_floor(self, now: float) -> int:
         """The lowest limit in force over the last LIMIT_MEMORY_S seconds."""

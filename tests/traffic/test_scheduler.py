@@ -409,6 +409,19 @@ async def test_admission_counts_on_the_lowest_recent_limit() -> None:
     await h.drain()
 
 
+async def test_no_replica_yet_is_no_limit_to_remember() -> None:
+    """Built at 0 (no replica ready), then 10: a newcomer is admitted on 10, not on the 0
+    of before (which refused two thirds of a burst, tests/traffic/test_traffic_e2e.py)."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(0, 100, clock, initial_service_s=1.0))
+    h.scheduler.set_capacity(10)
+    for i in range(10 + 8):
+        await h.submit(f"b{i}", tenant="jobs")
+    await h.submit("new", tenant="jobs", deadline=clock.now + 3.0)  # 0.9 s of 3 s
+    assert len(h.running) == 10 and len(h.pending) == 9
+    await h.drain()
+
+
 async def test_a_limit_pinned_low_for_a_moment_drops_no_waiter() -> None:
     """Eighteen waiters admitted on a limit of 10 (the last expects 1.8 s of its 3.7);
     the limit pinned at 3 for a moment: on 3 slots the last would expect 8 s and be
