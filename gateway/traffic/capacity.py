@@ -255,8 +255,6 @@ class ReplicaCapacity:
             self.limit = max(
                 self.config.min_limit, min(self.config.ceiling, math.floor(min(candidates)))
             )
-            if self._gradient is not None:
-                self._gradient.hold_within(self.limit)
         return self.limit
 
     @property

@@ -310,15 +310,6 @@ class GradientLimiter:
         """The limit to admit against; the pin while measuring the baseline."""
         return self._measuring.pin if self._measuring is not None else self._limit
 
-    def hold_within(self, limit: float) -> None:
-        """Another controller set a lower limit for the replica: come down to it, so that
-        this one binds (and may cut on latency) when that limit binds. Left above it, it
-        never saw itself binding and never cut, however high the latency went (engine
-        limit 49, this one 63, time to first token 3 to 9 times its baseline:
-        bench/capacity.py, adaptive-metrics at 5x). Not while measuring: the pin is lower."""
-        if self._measuring is None:
-            self._limit = self._clamp(min(self._limit, limit))
-
     def observe(self, kind: LatencyKind, seconds: float, now: float) -> None:
         """One latency sample; negative, zero, NaN and infinite ones are ignored."""
         if not (math.isfinite(seconds) and seconds > 0 and math.isfinite(now)):

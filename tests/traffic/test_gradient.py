@@ -336,23 +336,6 @@ def test_without_samples_the_limit_holds() -> None:
     assert gradient.limit == 20 and gradient.snapshot().gradient is None
 
 
-def test_held_within_a_lower_limit_it_comes_down_but_never_up_nor_while_measuring() -> None:
-    """Another controller's lower limit (the engine's) holds this one down, so that it
-    binds with the replica and cuts on latency; a higher one changes nothing, and neither
-    does anything during a measurement, whose pin is its own."""
-    measuring = limiter(20)
-    measuring.hold_within(4)
-    assert measuring.limit == 10  # the pin
-    gradient = limiter(20, probe_max_s=1.0)
-    for tick in range(40):
-        gradient.update(tick * 0.25, 20)
-    assert gradient.limit == 20
-    gradient.hold_within(12)
-    assert gradient.limit == 12
-    gradient.hold_within(30)
-    assert gradient.limit == 12
-
-
 @pytest.mark.parametrize(
     "tunables",
     [
