@@ -29,6 +29,11 @@ from gateway.admin.reports.query import ReportQuery
 from gateway.admin.reports.stats import histogram, iso, rate, summary
 from gateway.settings import Price
 
+# Miss reasons of lookups that gave up and let the request through (cache/semantic.py's
+# Lookup.failed): the lookup budget ran out, the embedder was too busy to answer within
+# it, the store failed, or something else did.
+FAILED_OPEN = ("budget", "embedder_busy", "store", "error")
+
 Record = dict[str, Any]
 HIT_TIERS = frozenset({"exact", "normalized", "semantic"})
 REPORTED = "reported"  # a bad-hit report's event (gateway.pipeline.cache_feedback)
@@ -149,9 +154,9 @@ def _totals(t: Tally) -> dict[str, Any]:
         "normalized_hits": t.normalized_hits,
         "semantic_hits": t.semantic_hits,
         "misses": t.misses,
-        # why they missed; "budget", "store", "error" are lookups that failed open
+        # why they missed; FAILED_OPEN are lookups that failed open
         "miss_reasons": dict(sorted(t.miss_reasons.items())),
-        "failed_open": sum(t.miss_reasons.get(r, 0) for r in ("budget", "store", "error")),
+        "failed_open": sum(t.miss_reasons.get(r, 0) for r in FAILED_OPEN),
         "failed_open_budget": t.miss_reasons.get("budget", 0),
         "bypassed": t.bypassed,
         "not_cacheable": t.not_cacheable,

@@ -326,19 +326,21 @@ def test_misses_are_counted_by_why_and_budget_fail_opens_apart() -> None:
         dataclasses.asdict(event(at, "miss", miss_reason="budget")),
         dataclasses.asdict(event(at, "miss", miss_reason="budget")),
         dataclasses.asdict(event(at, "miss", miss_reason="store")),
+        dataclasses.asdict(event(at, "miss", miss_reason="embedder_busy")),
         dataclasses.asdict(event(at, "miss", miss_reason="no_candidate")),
         dataclasses.asdict(event(at, "miss", miss_reason="refused:verifier")),
         dataclasses.asdict(event(at, "exact", saved_tokens=3)),
     ]
     totals = cache_report(events, query, {})["totals"]
-    assert totals["misses"] == 5
+    assert totals["misses"] == 6
     assert totals["miss_reasons"] == {
         "budget": 2,
+        "embedder_busy": 1,
         "no_candidate": 1,
         "refused:verifier": 1,
         "store": 1,
     }
-    assert (totals["failed_open"], totals["failed_open_budget"]) == (3, 2)
+    assert (totals["failed_open"], totals["failed_open_budget"]) == (4, 2)
 
 
 def test_bad_hit_reports_are_counted_apart_from_requests() -> None:
