@@ -96,6 +96,12 @@ MIN_GRADIENT = 0.5  # one update cuts at most half: an outlier window is not an 
 ACCELERATE_AFTER = 8
 MAX_GRADIENT = 2.0
 MIN_SAMPLES = 3  # a median of fewer is one request's luck
+# A measurement counts samples from when in-flight first fell to its pin, or from this long
+# after it began, whichever comes first. The gateway's top class may go above a learned
+# limit (gateway/traffic/scheduler.py, its burst allowance), so at a low pin in-flight
+# could stay above it and the pin held until `probe_max_s`: bench/capacity.py at 5x saw the
+# limit at a quarter for 9 s, its batch queue timing out behind it.
+DRAIN_MAX_S = 2.0
 MAX_SAMPLE_AGE_S = 10.0  # a kind with no sample this recent has no say
 KEPT_SAMPLES = 256  # per kind; the recent median needs no more
 STALE_CUT = 0.3  # the limit fell this much since the latency last eased ...
@@ -180,7 +186,8 @@ class _Measurement:
     def drain(self, now: float, in_flight: int) -> None:
         if self.started_at is None:
             self.started_at = now
-        if self.drained_at is None and in_flight <= self.pin:
+        timed_out = now - self.started_at >= DRAIN_MAX_S
+        if self.drained_at is None and (in_flight <= self.pin or timed_out):
             self.drained_at = now
             # A request still in flight began before this moment: its per-token latency
             # counts time at the old concurrency, and nothing tells which sample is whose.

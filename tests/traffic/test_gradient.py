@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gateway.traffic.gradient import GradientLimiter, LatencyKind, Phase
+from gateway.traffic.gradient import DRAIN_MAX_S, GradientLimiter, LatencyKind, Phase
 
 UPDATE_EVERY_S = 0.25
 BAND = (0.8, 1.3)  # the limit settles within this share of the slots
@@ -312,6 +312,22 @@ def test_a_measurement_ignores_requests_sent_before_the_drain() -> None:
     assert (snapshot.phase, gradient.limit) == ("probing", 20)
     assert snapshot.kinds["ttft"].baseline == pytest.approx(0.004)
     assert snapshot.kinds["per_token"].baseline == pytest.approx(0.002)
+
+
+def test_a_pin_that_in_flight_never_falls_to_counts_samples_after_a_while() -> None:
+    """Interactive requests above the pin (the scheduler's burst allowance) keep in-flight
+    over it: after DRAIN_MAX_S the measurement counts samples anyway, instead of holding
+    the pin until probe_max_s."""
+    gradient = limiter(20)  # pinned at 10
+    gradient.update(0.0, 14)
+    clean(gradient, 0.0)
+    gradient.update(0.5, 14)  # not drained, not timed out: those samples do not count
+    assert (gradient.snapshot().phase, gradient.limit) == ("measuring_min", 10)
+    gradient.update(DRAIN_MAX_S, 14)  # timed out: counted from now on (14 per-token skipped)
+    clean(gradient, DRAIN_MAX_S)
+    clean(gradient, DRAIN_MAX_S + 0.1)
+    gradient.update(DRAIN_MAX_S + 0.25, 14)
+    assert (gradient.snapshot().phase, gradient.limit) == ("measuring_min", 5)  # halved
 
 
 def clean(gradient: GradientLimiter, since: float) -> None:
