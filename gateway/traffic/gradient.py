@@ -28,20 +28,21 @@ The update
     and a slow one's latency nothing about a queue of ours (nor about a stale baseline).
 
 The baseline ("measuring_min")
-    Measured with the limit pinned at `probe_fraction` of itself: drain to the pin, drop
-    the samples of requests sent before (TTFT: sent at now - seconds; per-token: as many as
-    were in flight), take the median of `probe_samples`. Then halve the pin and measure
-    again, until halving no longer more than halves TTFT (a latency linear in the batch
-    cannot, a queue wait can) or, as the only kind, cuts per-token latency by 30%: that pin
-    is below the knee, whatever the limit was. The higher pin of the agreeing pair gives
-    the baselines (nearer the working batch, so less of the rise with the batch passes for
-    a queue), and the limit comes back, but no higher than the lowest pin seen queueing:
-    from a limit of 256 at C = 20 it lands near 20 at once. A series runs at start, every
-    `probe_interval_s` (plus up to `probe_jitter` of it), when a kind has traffic but no
-    baseline, when the limit meets a cut at 2.5x the pin of its baselines or more (the
-    rise with the batch may be what holds it), and when the limit was cut by 30% while the
-    latency eased by under 10%: the engine got slower, the latency is not our queue's, so
-    the cuts are undone and the series pins at half the limit from before them.
+    Measured with the limit pinned at `probe_fraction` of itself: drain to the pin (or for
+    DRAIN_MAX_S), drop the samples of requests sent before (TTFT: sent at now - seconds;
+    per-token: as many as were in flight), take the median of `probe_samples`. Then halve
+    the pin and measure again, until halving no longer more than halves TTFT (a latency
+    linear in the batch cannot, a queue wait can) or, as the only kind, cuts per-token
+    latency by 30%: that pin is below the knee, whatever the limit was. The higher pin of
+    the agreeing pair gives the baselines (nearer the working batch, so less of the rise
+    with the batch passes for a queue), and the limit comes back, but no higher than the
+    lowest pin seen queueing: from a limit of 256 at C = 20 it lands near 20 at once. A
+    series runs at start, every `probe_interval_s` (plus up to `probe_jitter` of it), when a
+    kind has traffic but no baseline, when the limit meets a cut at 2.5x the pin of its
+    baselines or more (the rise with the batch may be what holds it), and when the limit was
+    cut by 30% while the latency eased by under 10%: the engine got slower, the latency is
+    not our queue's, so the cuts are undone and the series pins at half the limit from
+    before them.
 
 From Netflix concurrency-limits, Gradient2Limit
     (concurrency-limits-core/src/main/java/com/netflix/concurrency/limits/limit/
