@@ -219,9 +219,9 @@ _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not f
 RESERVED_SHARE = 0.1
 # Admission counts on the lowest limit of this many seconds (a learned limit moves: a cut
 # when the engine queues, a pin at half while its latency baseline is measured), re-checks
-# on the current one. Both on the current limit, every swing down turned the requests
-# admitted at the top into late refusals: bench/capacity.py at 5x, adaptive limits, about a
-# fifth of the noisy tenant's refusals came 1 to 4 s after arrival, not at once.
+# on the highest. Both on the current limit, every swing down turned the requests admitted
+# at the top into late refusals: bench/capacity.py at 5x, adaptive limits, about a fifth
+# of the noisy tenant's refusals came 1 to 4 s after arrival, not at once.
 LIMIT_MEMORY_S = 10.0
 
 
@@ -496,6 +496,7 @@ class FairScheduler:
             self._limits.clear()
         else:
             self._limits.append((now, self._max))
+            self._recent_limits(now)  # forget what is older, so the record stays short
 
     def _limit_floor(self, now: float) -> int:
         """The lowest limit in force over the last LIMIT_MEMORY_S seconds."""
