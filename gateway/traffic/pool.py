@@ -49,6 +49,8 @@ from gateway.usage import TokenUsage
 from warmpool.manager import ColdStartFailed, ColdStartHandle, ColdStartManager
 
 _log = logging.getLogger(__name__)
+# The longest step time pacing believes: decode steps of real engines take 10 to 100 ms.
+MAX_PACE_S = 0.1
 
 
 @dataclass(slots=True)
@@ -186,9 +188,12 @@ class Pool:
     def _pace_s(handles: list[ReplicaHandle]) -> float:
         """Lower classes may add about one request a step to each replica's batch: the
         median replica's step time over the number of replicas (0: no pacing, with fixed
-        limits or before any step time is known)."""
+        limits or before any step time is known). At most MAX_PACE_S: a latency per
+        output token longer than an engine step (a few tokens after a long prompt, an
+        upstream that is no batching engine) must not make a batch backlog start at one
+        request a second."""
         steps = [s for h in handles if (s := h.capacity.step_s) is not None]
-        return statistics.median(steps) / len(handles) if steps else 0.0
+        return min(MAX_PACE_S, statistics.median(steps)) / len(handles) if steps else 0.0
 
     async def run_capacity(self, scrape: Scraper, interval_s: float) -> None:
         """`tune` every `interval_s`, for as long as the gateway runs. A tick that fails

@@ -64,3 +64,17 @@ async def test_batch_growth_is_paced_interactive_is_not_and_a_timer_dispatches_t
     await h.settle()
     assert len(h.running) == 9
     await h.drain()
+
+
+def test_the_pool_paces_at_the_median_step_per_replica_and_never_slower_than_max() -> None:
+    from types import SimpleNamespace
+    from typing import Any
+
+    from gateway.traffic.pool import MAX_PACE_S, Pool
+
+    def handles(*steps: float | None) -> Any:
+        return [SimpleNamespace(capacity=SimpleNamespace(step_s=s)) for s in steps]
+
+    assert Pool._pace_s(handles(None, None)) == 0.0  # fixed limits, or nothing measured yet
+    assert Pool._pace_s(handles(0.02, 0.04, None)) == pytest.approx(0.03 / 3)
+    assert Pool._pace_s(handles(2.0)) == MAX_PACE_S  # a per-token latency no step takes
