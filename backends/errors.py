@@ -3,7 +3,8 @@
 BackendError
 ├── UpstreamConnectError    connection refused or reset before an answer began
 ├── UpstreamTimeoutError    no answer (or no next chunk) within the configured time
-└── UpstreamProtocolError   the answer broke off or was not valid HTTP
+├── UpstreamProtocolError   the answer broke off or was not valid HTTP
+└── EngineSleepError        an engine refused to sleep or wake, or never got there
 LaunchError                 a local model server did not start or become ready
 """
 
@@ -22,6 +23,14 @@ class UpstreamTimeoutError(BackendError):
 
 class UpstreamProtocolError(BackendError):
     pass
+
+
+class EngineSleepError(BackendError):
+    """`refused`: the engine answered that it cannot (no sleep mode), not that it failed."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class LaunchError(Exception):

@@ -11,6 +11,9 @@ one streaming chat request (max_tokens 1) and times it to the chunk that carries
     staged_pagecache  staged, its files read just before and locked in the page cache
                       until answered (see `bench/cold_start_files.py` for why)
     warm_pool         min_replicas 1: the request comes once the replica is ready
+    asleep            an engine the gateway put to sleep (vLLM's sleep mode, faked: no GPU
+                      here), woken by the request; `wake_s` is the fake engine's own wake
+                      time in the same run (bench/cold_start_asleep.py)
 
 In the same run, for the figures to be compared with:
 
@@ -65,7 +68,12 @@ WeightStager in this process: its own split; `bytes` 0 for the read-ahead when v
 had just read every file back, see warmpool.staging).
 
 Targets: load_ratio (staged_pagecache) >= 0.7; staging_ratio >= 0.7; warm_pool ttft_s <
-0.1 s + forward_s, where forward_s is measured on that first request (role event -> token).
+0.1 s + forward_s, where forward_s is measured on that first request (role event -> token);
+asleep ttft_s <= 1.5 x wake_s + 0.05 s.
+Then requests held through a long start (a 60 s start, 12 s with --quick; see
+`bench/cold_start_held.py`): keepalive_max_gap_s <= 5 s on a held stream, then the whole
+stream; a deadline shorter than the learned start refused in refusal_latency_ms < 50 with
+retry_after_error_ratio <= 0.2.
 GB are 10^9 bytes. moto reads a whole object for each ranged GET (`bench/cold_start_s3.py`):
 shards are small and chunks large here for that reason, and GB/s of anything fetched from it
 are moto's, on the same cores as everything else.
@@ -106,7 +114,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
+from bench import cold_start_asleep as asleep  # noqa: E402
 from bench import cold_start_files as files  # noqa: E402
+from bench import cold_start_held as held  # noqa: E402
 from bench import cold_start_s3 as s3  # noqa: E402
 from tests.support.processes import Gateway, ServerProcess  # noqa: E402
 from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
@@ -785,6 +795,8 @@ def run(plan: Plan, work_dir: Path, model_dir: Path | None, args: argparse.Names
             scenario("warm_pool")
         baselines["raw_read_gbps"] = raw
         failed = report(results, baselines, common)
+        failed |= asleep.run(work_dir, common, emit, progress)
+        failed |= held.run_held(work_dir, args.quick, common, progress)  # cold_start_held.py
     finally:
         if bench is not None and bench.gateway is not None:
             bench.gateway.stop()

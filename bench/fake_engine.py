@@ -51,10 +51,15 @@ preemptions that recompute whole prompts).
 `--stream-interval K` sends stream chunks every K tokens, the first token always at once,
 as vLLM's `--stream-interval` does (https://github.com/vllm-project/vllm/pull/27869).
 
+`--enable-sleep-mode` serves vLLM's sleep endpoints (POST /sleep?level=1, POST /wake_up,
+GET /is_sleeping) with vLLM's states and answers; a sleep takes `--doze-s`, a wake
+`--wake-s` (see bench/fake_sleep.py).
+
 Run: python -m bench.fake_engine --port PORT [--max-num-seqs 256] [--kv-tokens 155648]
        [--block-size 16] [--step-a-ms 13] [--step-b-ms 0.12] [--prefill-ms-per-token 0.1]
        [--max-num-batched-tokens 2048] [--scheduling-policy fcfs|priority]
        [--stream-interval 1] [--no-metrics] [--model NAME]
+       [--enable-sleep-mode] [--doze-s 0.1] [--wake-s 0.26]
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from typing import Any, Literal
 import orjson
 import uvicorn
 
+from bench.fake_sleep import FakeSleep
 from tests.support.asgi import read_body, send_json
 
 Scope = dict[str, Any]
@@ -112,6 +118,9 @@ class EngineParams:
     stream_interval: int = 1  # vLLM's default
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     metrics: bool = True
+    enable_sleep_mode: bool = False  # vLLM's flag (its endpoints also need dev mode)
+    doze_s: float = 0.1  # what POST /sleep?level=1 takes: the weights copied to host memory
+    wake_s: float = 0.26  # what POST /wake_up takes: vLLM's figure for a small model
 
     def __post_init__(self) -> None:
         counts = (self.max_num_seqs, self.max_num_batched_tokens, self.stream_interval)
@@ -261,6 +270,7 @@ class Engine:
     def __init__(self, params: EngineParams) -> None:
         self.params = params
         self.step_scale = 1.0
+        self.pause = ""  # asleep: "new" admits no one (vLLM's PAUSED_NEW), "all" runs nothing
         self.total_blocks = params.kv_tokens // params.block_size
         self.free_blocks = self.total_blocks
         self.running: list[Request] = []
@@ -306,7 +316,7 @@ class Engine:
         self.free_blocks = self.total_blocks - used
         while self.free_blocks < 0:
             self._preempt(self._victim())
-        for request in [*self.running, *self._waiting_list()]:
+        for request in [*self.running, *self.waiting_list()]:
             if not self._fits_alone(request):
                 self._truncate(request)
         self.wake.set()
@@ -354,6 +364,8 @@ class Engine:
         budget = self.params.max_num_batched_tokens
         plan: dict[Request, int] = {}
         preempted = False
+        if self.pause == "all":
+            return plan, 0, preempted
         for request in list(self.running):
             if budget == 0:
                 break
@@ -371,7 +383,7 @@ class Engine:
                 break  # it preempted itself: no request after it can get a block either
             plan[request] = tokens
             budget -= tokens
-        while not preempted and self.waiting and budget > 0:
+        while not preempted and self.waiting and budget > 0 and not self.pause:
             if len(self.running) >= self.params.max_num_seqs:
                 break
             request = self.waiting.peek()
@@ -469,7 +481,7 @@ class Engine:
         self.stats["served"] += 1
         self.e2e.observe(now - request.arrival)
 
-    def _waiting_list(self) -> list[Request]:
+    def waiting_list(self) -> list[Request]:
         return [e[3] for e in self.waiting.heap] + list(self.waiting.fifo)
 
     # -- what is observed ---------------------------------------------------------------
@@ -677,12 +689,15 @@ class FakeEngineApp:
         self.params = params
         self.engine = Engine(params)
         self.metrics = params.metrics
+        self.sleep = FakeSleep(self.engine, params.enable_sleep_mode, params.doze_s, params.wake_s)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
         path, method = scope["path"], scope["method"]
+        if await self.sleep.route(method, path, scope["query_string"], send):
+            return
         try:
             if method == "GET":
                 await self._get(path, send)
@@ -721,9 +736,12 @@ class FakeEngineApp:
         elif path == "/metrics" and self.metrics:
             headers = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": render_metrics(self.engine)})
+            sleep = "".join(line + "\n" for line in self.sleep.metrics(self.params.model))
+            body = render_metrics(self.engine) + sleep.encode()
+            await send({"type": "http.response.body", "body": body})
         elif path == "/_stats":
-            await send_json(send, 200, {**self.engine.snapshot(), "metrics": self.metrics})
+            stats = {**self.engine.snapshot(), **self.sleep.stats, "metrics": self.metrics}
+            await send_json(send, 200, stats)
         else:
             await send_json(send, 404, _error("Not Found", 404))
 
@@ -804,6 +822,8 @@ def main() -> None:
         flag = "--" + field.name.replace("_", "-")
         if field.name == "metrics":
             parser.add_argument("--no-metrics", dest="metrics", action="store_false")
+        elif field.name == "enable_sleep_mode":
+            parser.add_argument(flag, action="store_true")
         elif field.name == "scheduling_policy":
             parser.add_argument(
                 flag, choices=["fcfs", "priority"], default=defaults.scheduling_policy

@@ -38,8 +38,17 @@ core to itself). Direct throughput at concurrency 64 is bounded by the load gene
 the upstream sharing the machine's cores, so throughput_ratio is if anything flattering.
 gateway_rss_mb is read after each combination's rounds, in the same gateway process.
 
+Every line also carries `concurrency_mode`: the gateway's backend runs with its default,
+a learned concurrency limit (`adaptive`), or with `--concurrency-mode fixed`, a fixed limit
+of `max_concurrency` (256), the relay alone. The learned limit at the end of each
+combination's rounds is `gateway_concurrency_limit` (from /readyz): at concurrency 64 the
+fake upstream's latency rises with its load on this machine's shared cores, the limit
+settles near 8 and the other requests wait in the gateway's fair queue, which costs CPU a
+fixed limit does not spend.
+
     python bench/proxy_overhead.py            # a few minutes
     python bench/proxy_overhead.py --quick    # the same measurements, under a minute
+    python bench/proxy_overhead.py --quick --concurrency-mode fixed
 
 Exits 1 if any request failed (the numbers are printed all the same).
 """
@@ -146,12 +155,12 @@ def chat_body(stream: bool) -> str:
     return orjson.dumps(body).decode()
 
 
-def gateway_config(upstream_url: str, work_dir: Path) -> dict[str, Any]:
+def gateway_config(upstream_url: str, work_dir: Path, mode: str = "adaptive") -> dict[str, Any]:
     from tests.conftest import fake_backend
 
     return {
         "state": {"url": "memory", "path": str(work_dir / "state.json")},
-        "backends": [fake_backend(upstream_url)],
+        "backends": [fake_backend(upstream_url, concurrency={"mode": mode})],
         "cache": {"enabled": False},  # the bare relay; the cache has its own benchmark
         "tenants": [
             {"name": "bench", "keys": [{"sha256": hashlib.sha256(KEY.encode()).hexdigest()}]}
@@ -192,9 +201,12 @@ class Bench:
         upstream_url: str,
         gateway: Gateway,
         skeleton: tuple[ServerProcess, str],
+        mode: str,
     ):
         self.plan = plan
         self.loadgen = loadgen
+        self.mode = mode
+        self.readyz = gateway.base_url.removesuffix("/v1") + "/readyz"
         self.gateway_pid = _pid(gateway.server)
         headers = {"Content-Type": "application/json"}
         with_key = {**headers, "Authorization": f"Bearer {KEY}"}
@@ -205,6 +217,11 @@ class Bench:
             "skeleton": (skeleton[1] + CHAT_PATH, with_key, _pid(skeleton[0])),
         }
         self.failed = False
+
+    def learned_limit(self) -> int:
+        """The backend's concurrency limit now (the sum over its replicas)."""
+        capacity = httpx.get(self.readyz, timeout=10).json()["capacity"]
+        return int(sum(backend["limit"] for backend in capacity.values()))
 
     def round(
         self, target: str, concurrency: int, stream: bool, seconds: float
@@ -235,7 +252,7 @@ class Bench:
     def report(
         self, concurrency: int, stream: bool, direct: Series, gateway: Series, skeleton: Series
     ) -> None:
-        params = {"concurrency": concurrency, "stream": stream}
+        params = {"concurrency": concurrency, "stream": stream, "concurrency_mode": self.mode}
         d50, d99 = percentile(direct.latencies_ms, 50), percentile(direct.latencies_ms, 99)
         g50, g99 = percentile(gateway.latencies_ms, 50), percentile(gateway.latencies_ms, 99)
         emit("added_latency_p50_ms", round(g50 - d50, 3), "ms", **params)
@@ -276,6 +293,7 @@ class Bench:
         if direct.loadgen_cpu_s:
             ceiling = direct.completed / direct.loadgen_cpu_s
             emit("loadgen_ceiling_rps", round(ceiling, 1), "req/s", **params)
+        emit("gateway_concurrency_limit", self.learned_limit(), "requests", **params)
         for name, series in (("direct", direct), ("gateway", gateway), ("skeleton", skeleton)):
             if series.errors:
                 self.failed = True
@@ -291,6 +309,12 @@ def _pid(server: ServerProcess) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter rounds, under a minute")
+    parser.add_argument(
+        "--concurrency-mode",
+        choices=("adaptive", "fixed"),
+        default="adaptive",
+        help="the backend's concurrency mode (default: adaptive, the gateway's default)",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
@@ -304,13 +328,15 @@ def main(argv: list[str] | None = None) -> int:
         loadgen = LoadGenerator()
         try:
             upstream, upstream_url = start_fake_upstream(work_dir)
-            gateway = start_gateway_process(gateway_config(upstream_url, work_dir), work_dir)
+            config = gateway_config(upstream_url, work_dir, args.concurrency_mode)
+            gateway = start_gateway_process(config, work_dir)
             skeleton = start_skeleton(upstream_url, work_dir)
             check_answers(
                 *(url + CHAT_PATH for url in (upstream_url, gateway.base_url, skeleton[1]))
             )
             progress(f"upstream {upstream_url}, gateway {gateway.base_url}, skeleton {skeleton[1]}")
-            bench = Bench(plan, loadgen.start(), upstream_url, gateway, skeleton)
+            mode = args.concurrency_mode
+            bench = Bench(plan, loadgen.start(), upstream_url, gateway, skeleton, mode)
             for concurrency, stream in COMBINATIONS:
                 bench.combination(concurrency, stream)
             failed = bench.failed

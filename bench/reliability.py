@@ -42,6 +42,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "slow-clients": {"n": 30, "loris": 40},
     "disconnects": {"n": 12},
     "cold-starts": {"n": 8},
+    "held-start-fails": {"n": 6},
+    "sleep-cycles": {"n": 8},
 }
 
 

@@ -63,6 +63,7 @@ class StreamRecorder:
         self._usage: dict[str, Any] | None = None
         self._done = False
         self._broken = False
+        self._result: bytes | None = None  # `result()`, once made (making it consumes)
 
     def feed(self, data: bytes) -> None:
         if self._broken or self._done:
@@ -106,6 +107,11 @@ class StreamRecorder:
         accumulate(acc, {k: v for k, v in choice.items() if k not in ("delta", "index")})
 
     def result(self) -> bytes | None:
+        if self._result is None:
+            self._result = self._whole()
+        return self._result
+
+    def _whole(self) -> bytes | None:
         if self._broken or not self._done or not self._choices:
             return None
         if any(acc.get("finish_reason") is None for acc in self._choices.values()):

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.accesslog import AccessLog
 from gateway.admin.api import admin_routes
+from gateway.batches.routes import BatchApi, batch_routes
 from gateway.compose import Parts, build
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, request_id
 from gateway.metrics import Metrics
@@ -91,6 +92,7 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         *admin_routes(lambda: parts().admin),
+        *(batch_routes(lambda: _batches(parts())) if settings.batches.enabled else []),
     ]
     handlers: dict[Any, Any] = {HTTPException: _http_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
@@ -116,6 +118,11 @@ class HotPath:
             return
         response = await self._pipeline().openai(Request(scope, receive), kind)
         await response(scope, receive, send)
+
+
+def _batches(parts: Parts) -> BatchApi:
+    assert parts.batches is not None  # the routes exist only when batches are enabled
+    return parts.batches
 
 
 async def _readiness(parts: Parts) -> Response:

@@ -38,7 +38,8 @@ class Probe:
     deterministic: bool = False  # temperature 0 or a seed: answers compare as text
     lookup: Lookup = field(default_factory=Lookup)
     waited_s: float = 0.0  # how long the request waited on the lookup
-    # the hit's tier, "miss", or "bypass" (no-cache); what a hit saved
+    # the hit's tier, "miss", "bypass" (no-cache), or "coalesced" (answered by an identical
+    # request's upstream call, gateway/coalesce.py); what a hit saved
     outcome: str = "miss"
     saved_prompt_tokens: int = 0
     saved_completion_tokens: int = 0
@@ -160,26 +161,52 @@ class HttpCache:
         self._metrics.cache_deleted(tenant, "bad_hit")
         return found
 
+    def count_coalesced(self, probe: Probe) -> None:
+        """The request was answered by an identical one's upstream call (a follower)."""
+        probe.outcome = "coalesced"
+        self._metrics.cache_coalesced(probe.tenant)
+
+    @classmethod
+    def coalesced(
+        cls, probe: Probe, body: bytes, streamed: bool, request_id: str
+    ) -> Response | None:
+        """The answer an identical request got from the model, as a hit is answered
+        (gateway/coalesce.py); None when it is no answer (then the request goes on)."""
+        try:
+            answer = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(answer, dict):
+            return None
+        headers = {
+            "x-request-id": request_id,
+            "x-cache": "coalesced",
+            "x-cache-saved-tokens": str(_saved_tokens(answer)),
+            "server-timing": _timing(probe),
+        }
+        return cls._hit(probe, answer, headers, streamed)
+
     def _answer(self, probe: Probe, found: Found, streamed: bool, request_id: str) -> Response:
         answer = orjson.loads(found.entry.response)
-        saved = _saved_tokens(answer)
-        probe.saved_prompt_tokens, probe.saved_completion_tokens = _saved_split(answer)
-        answer["usage"] = {
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-            "total_tokens": 0,
-            "saved_tokens": saved,
-        }
         headers = {
             "x-request-id": request_id,
             "x-cache": "hit",
             "x-cache-tier": found.tier,
             "x-cache-key": found.entry.entry_id,  # to report it: POST /v1/cache/feedback
             "x-cache-similarity": f"{found.similarity:.4f}",
-            "x-cache-saved-tokens": str(saved),
+            "x-cache-saved-tokens": str(_saved_tokens(answer)),
             "age": str(max(0, int(time.time() - found.entry.created_at))),
             "server-timing": _timing(probe),
         }
+        return self._hit(probe, answer, headers, streamed)
+
+    @staticmethod
+    def _hit(
+        probe: Probe, answer: dict[str, Any], headers: dict[str, str], streamed: bool
+    ) -> Response:
+        """`answer` as a cache hit: no usage (what it saved instead), whole or as SSE."""
+        probe.saved_prompt_tokens, probe.saved_completion_tokens = saved_split(answer)
+        answer["usage"] = hit_usage(answer)
         if streamed:
             events = b"".join(replay(probe.kind, answer, probe.include_usage))
             headers["cache-control"] = "no-cache"
@@ -212,7 +239,14 @@ def _timing(probe: Probe) -> str:
     return f"cache;dur={probe.waited_s * 1000:.3f}"
 
 
-def _saved_split(answer: dict[str, Any]) -> tuple[int, int]:
+def hit_usage(answer: dict[str, Any]) -> dict[str, int]:
+    """The usage of an answer served without the model: none, and what it saved."""
+    saved = _saved_tokens(answer)
+    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "saved_tokens": saved}
+
+
+def saved_split(answer: dict[str, Any]) -> tuple[int, int]:
+    """The (prompt, completion) tokens an answer's usage says the model spent on it."""
     usage = answer.get("usage")
     if not isinstance(usage, dict):
         return 0, 0

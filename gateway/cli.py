@@ -1,4 +1,5 @@
-"""`gateway` command line: serve, check a configuration, manage API keys, reports."""
+"""`gateway` command line: serve, check a configuration, manage API keys, reports, and
+pre-warm a backend of a running gateway (through its admin API)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from gateway.config_file import load_settings
 from gateway.settings import Backend, ConfigError, Settings
@@ -79,7 +81,23 @@ def _parser() -> argparse.ArgumentParser:
     revoke.add_argument("key_id")
     revoke.set_defaults(run=_keys_revoke)
     _report_parsers(commands, config)
+    _warm_parser(commands, config)
     return parser
+
+
+def _warm_parser(commands: Any, config: argparse.ArgumentParser) -> None:
+    warm = commands.add_parser(
+        "warm", parents=[config], help="start a backend's replicas now, ahead of known traffic"
+    )
+    warm.add_argument("backend", help="a process or kubernetes backend's name")
+    warm.add_argument("--replicas", type=int, default=1, help="keep at least this many (1)")
+    warm.add_argument("--hold", type=float, help="for this many seconds (scaling.idle_s)")
+    warm.add_argument(
+        "--url",
+        default=os.environ.get("GATEWAY_URL"),
+        help="the running gateway (default: $GATEWAY_URL, else listen.host and port)",
+    )
+    warm.set_defaults(run=_warm)
 
 
 _REPORTS: dict[str, tuple[str, list[ReportKind]]] = {
@@ -104,6 +122,10 @@ def _report_parsers(commands: Any, config: argparse.ArgumentParser) -> None:
     for name, (summary, _) in _REPORTS.items():
         parser = reports.add_parser(name, parents=[config, options], help=summary)
         parser.set_defaults(run=_report, report=name)
+    batches = reports.add_parser(
+        "batches", parents=[config, options], help="batch jobs: status and progress of each"
+    )
+    batches.set_defaults(run=_batch_report, report="batches")
 
 
 def _report(settings: Settings, args: argparse.Namespace) -> int:
@@ -125,6 +147,27 @@ def _report(settings: Settings, args: argparse.Namespace) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     _write(_formatted(reports, args.format), args.output)
+    return 0
+
+
+def _batch_report(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.admin.reports import QueryError, ReportQuery
+    from gateway.batches.report import BatchReportUnavailable, batch_report
+
+    if args.format == "html":
+        print("gateway: the batches report has no HTML form; use table or json", file=sys.stderr)
+        return 2
+    try:
+        query = ReportQuery.parse(args.since, args.until, args.tenant, args.model, args.bucket)
+    except QueryError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(batch_report(settings, query))
+    except BatchReportUnavailable as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+    _write(_formatted({"batches": report}, args.format), args.output)
     return 0
 
 
@@ -174,6 +217,76 @@ def _check(settings: Settings, args: argparse.Namespace) -> int:
         f"{len(settings.tenants)} tenants)"
     )
     return 0
+
+
+def _warm(settings: Settings, args: argparse.Namespace) -> int:
+    key = _admin_key(settings)
+    if key is None:
+        print(
+            'gateway: set $GATEWAY_ADMIN_KEY to an admin key (README "Admin API")', file=sys.stderr
+        )
+        return 2
+    base = (args.url or _listen_url(settings)).rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        print(f"gateway: --url must be an http(s) URL, not {base!r}", file=sys.stderr)
+        return 2
+    order: dict[str, Any] = {"replicas": args.replicas}
+    if args.hold is not None:
+        order["hold_s"] = args.hold
+    url = f"{base}/admin/backends/{quote(args.backend, safe='')}/warm"
+    try:
+        status, answer = _post_json(url, order, key)
+    except OSError as exc:  # refused, unreachable, timed out
+        print(f"gateway: cannot reach {base}: {exc}", file=sys.stderr)
+        return 1
+    if status != 202:
+        message = answer.get("error", {}).get("message", "no error message")
+        print(f"gateway: {status}: {message}", file=sys.stderr)
+        return 1
+    until = datetime.fromtimestamp(answer["until"], UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    print(
+        f"{answer['backend']}: at least {answer['replicas']} ready until {until} "
+        f"(ready {answer['ready']}, target {answer['target']}: {answer['reason']})"
+    )
+    return 0
+
+
+def _admin_key(settings: Settings) -> str | None:
+    """$GATEWAY_ADMIN_KEY, else the first admin key the configuration reads from a variable."""
+    names = ["GATEWAY_ADMIN_KEY", *(k.env for k in settings.admin.keys if k.env)]
+    return next((os.environ[name] for name in names if os.environ.get(name)), None)
+
+
+def _listen_url(settings: Settings) -> str:
+    host = settings.listen.host
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    port = int(os.environ.get("PORT", settings.listen.port))
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _post_json(url: str, body: dict[str, Any], key: str) -> tuple[int, dict[str, Any]]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    # The caller checked the scheme: http(s) only, never file: or others.
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            return int(response.status), _json_object(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, _json_object(exc.read())
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _stage(settings: Settings, args: argparse.Namespace) -> int:

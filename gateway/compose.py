@@ -16,14 +16,17 @@ import functools
 import logging
 import random
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup
 from prometheus_client.core import Metric
 
+from backends.engine_sleep import VllmSleep
 from backends.http import HttpTimeouts, HttpUpstream
 from backends.launcher import LocalProcess, free_port
 from backends.providers.replicas import Replica, ReplicaProvider
@@ -32,9 +35,20 @@ from cache.semantic import AnswerCache, NullCache, SemanticCache
 from cache.store import CacheStore
 from gateway.accesslog import AccessLog
 from gateway.admin.api import AdminApi
+from gateway.admin.backends import Prewarmer
 from gateway.admin.reports import build_report
+from gateway.batches.blobs import open_blobs
+from gateway.batches.execution import Context as BatchContext
+from gateway.batches.files import Files
+from gateway.batches.identity import BatchClass, LineAuthenticator
+from gateway.batches.jobs import Jobs
+from gateway.batches.models import new_id
+from gateway.batches.routes import BatchApi
+from gateway.batches.runner import Runner
+from gateway.batches.store import open_store as open_batch_store
 from gateway.body import BodyReader
 from gateway.cache_http import HttpCache
+from gateway.coalesce import Flights
 from gateway.events import (
     REQUESTS,
     SCALE,
@@ -47,7 +61,8 @@ from gateway.health import BackendHealth
 from gateway.lifecycle import Lifecycle
 from gateway.metrics import Metrics, counter, gauge
 from gateway.pipeline import Pipeline
-from gateway.settings import Backend, Settings
+from gateway.settings import Backend, Scaling, Settings
+from gateway.start_history import past_start_times
 from gateway.tenancy.auth import AdminAuthenticator, Authenticator
 from gateway.tenancy.keys import admin_key_hashes, configured_keys
 from gateway.tenancy.quotas import LocalQuotas, QuotaEnforcer
@@ -68,6 +83,7 @@ from gateway.traffic.scheduler import FairScheduler
 from warmpool.autoscale import ScalePolicy
 from warmpool.layout import safe_name
 from warmpool.manager import ColdStartManager
+from warmpool.schedule import floor_at
 from warmpool.staging import WeightStager
 from warmpool.timeline import ColdStartTimeline, JsonLinesSink, TimelineSink
 
@@ -84,6 +100,7 @@ class Parts:
     health: BackendHealth
     pipeline: Pipeline
     admin: AdminApi
+    batches: BatchApi | None = None  # None: `batches.enabled: false`
 
 
 async def build(
@@ -109,9 +126,12 @@ async def build(
     lifecycle = Lifecycle(quotas, http_cache, metrics, access, events)
     limits = settings.limits
     body = BodyReader(limits.max_body_bytes, limits.body_timeout_s)
-    pipeline = Pipeline(
-        auth, catalog, pools, quotas, http_cache, settings.traffic, metrics, lifecycle, body
-    )
+    routing = (Flights(tasks), settings.fallback_chains())  # coalescing, fallbacks
+    path_parts = (pools, quotas, http_cache, settings.traffic, metrics, lifecycle, body, *routing)
+    pipeline = Pipeline(auth, catalog, *path_parts)
+    # Batch lines take the same path, as their job's tenant and in the batch class.
+    lines = Pipeline(LineAuthenticator(), BatchClass(catalog), *path_parts)
+    batches = await build_batches(settings, lines, auth, catalog, metrics, access, stack, tasks)
     admin = AdminApi(
         AdminAuthenticator(admin_key_hashes(settings.admin, env), auth),
         await _tenant_directory(store, catalog, tasks),
@@ -123,14 +143,49 @@ async def build(
         lambda kind, query: build_report(kind, settings, query),
         lambda: [pool.view() for pool in pools.values()],
         lambda tenant: metrics.cache_deleted(tenant, "admin"),
+        Prewarmer(
+            {name: pool.manager for name, pool in pools.items()},
+            {b.name: b.scaling for b in settings.backends},
+        ),
     )
-    return Parts(store, pools, _health(settings, pools), pipeline, admin)
+    return Parts(store, pools, _health(settings, pools), pipeline, admin, batches)
 
 
 def open_state_store(settings: Settings) -> StateStore:
     if settings.state.url == "memory":
         return FileStateStore(settings.state.path)
     return RedisStateStore(settings.state.url, settings.state.prefix)
+
+
+async def build_batches(
+    settings: Settings,
+    lines: Pipeline,
+    auth: Authenticator,
+    catalog: Catalog,
+    metrics: Metrics,
+    access: AccessLog,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
+) -> BatchApi | None:
+    """Batch jobs: their store and files' bytes, the runner (in the task group: at shutdown
+    it lets lines in flight finish first), and the API."""
+    config = settings.batches
+    if not config.enabled:
+        return None
+    store = await open_batch_store(settings)
+    stack.push_async_callback(store.close)
+    blobs = await open_blobs(settings)
+    stack.push_async_callback(blobs.close)
+    shared = anyio.Semaphore(config.max_concurrency)
+    context = BatchContext(store, lines.openai, config, shared, new_id("runner_"))
+    max_body = settings.limits.max_body_bytes
+    runner = Runner(context, blobs, catalog, max_body)
+    metrics.add_snapshots(runner.collect)
+    tasks.start_soon(runner.run)
+    files = Files(store, blobs, catalog, config, max_body)
+    jobs = Jobs(store, files, config, runner.wake)
+    timeout_s = settings.limits.body_timeout_s
+    return BatchApi(auth, catalog, files, jobs, access, config.max_file_bytes, timeout_s)
 
 
 def open_event_log(
@@ -276,6 +331,7 @@ async def _scale_to_zero(
     """Pools whose replicas a cold-start manager starts and stops."""
     timeline = _timeline(settings, metrics, stack, tasks)
     scale_events = open_event_log(settings, SCALE, stack, tasks)
+    history = await past_start_times(settings)
     stager = None
     if any(b.weights is not None for b in backends):
         stager = build_stager(settings)
@@ -283,10 +339,11 @@ async def _scale_to_zero(
         stack.push_async_callback(stager.aclose)
     for backend in backends:
         pool = _pool(backend, settings, metrics, stack, tasks)
-        manager = _manager(pool, backend, settings, stager, timeline)
+        manager = _manager(pool, backend, settings, stager, timeline, history.get(backend.name))
         pool.attach(manager)
         scale = ScaleRecorder(backend.name, list(backend.models), scale_events)
         manager.on_ready_change.append(scale.ready)
+        manager.on_sleep_change.append(scale.asleep)
         await manager.start(tasks)
         stack.push_async_callback(manager.close)
         pools[backend.name] = pool
@@ -298,6 +355,7 @@ def _manager(
     settings: Settings,
     stager: WeightStager | None,
     timeline: ColdStartTimeline,
+    start_history: list[float] | None = None,  # its past starts' seconds, oldest first
 ) -> ColdStartManager:
     s = backend.scaling
     policy = ScalePolicy(
@@ -309,6 +367,7 @@ def _manager(
         warm_pool=s.warm_pool,
         stable_window_s=s.stable_window_s,
         panic_window_s=min(s.panic_window_s, s.stable_window_s),
+        sleep_s=s.sleep_s if backend.sleep else None,
     )
 
     def capacity() -> float | None:
@@ -326,7 +385,26 @@ def _manager(
         load=pool.replicas.load,
         demand=pool.demand,
         capacity=capacity,
+        floor=_scheduled_floor(s),
+        start_history=start_history or (),
+        engine_sleep=_engine_sleep(backend),
     )
+
+
+def _engine_sleep(backend: Backend) -> VllmSleep | None:
+    """vLLM's sleep endpoints on the backend's replicas (`sleep: true` needs engine vllm)."""
+    if not backend.sleep:
+        return None
+    key = backend.api_key.get_secret_value() if backend.api_key is not None else None
+    return VllmSleep(backend.scaling.ready_timeout_s, key)
+
+
+def _scheduled_floor(scaling: Scaling) -> Callable[[], int]:
+    """`scaling.schedule` read at the wall-clock time of each decision."""
+    plan = scaling.plan()
+    if not plan.windows:
+        return lambda: 0
+    return lambda: floor_at(plan, datetime.now(UTC))
 
 
 def _timeline(
@@ -350,7 +428,9 @@ def _provider(backend: Backend, settings: Settings) -> ReplicaProvider:
     weights = None
     if backend.weights is not None:
         weights = str(settings.staging.cache_dir / safe_name(backend.name))
-    launch = ProcessLaunch(backend.command, weights=weights, ready_path=backend.ready_path)
+    launch = ProcessLaunch(
+        backend.command, env=backend.env, weights=weights, ready_path=backend.ready_path
+    )
     timings = ProcessTimings(ready_timeout_s=backend.scaling.ready_timeout_s)
     return ProcessProvider(backend.name, launch, timings)
 

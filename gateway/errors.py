@@ -15,6 +15,7 @@
     ├── StateUnavailable          503     service_unavailable    (Retry-After)
     ├── Overloaded                503     service_unavailable    (shed from the queue; Retry-After)
     ├── BackendUnavailable        503     service_unavailable    (circuit open; Retry-After)
+    ├── StartTooSlow              503     service_unavailable    (its start outlasts the deadline)
     ├── UpstreamError             502     upstream_error         (refused, reset, bad answer)
     ├── UpstreamTimeout           504     timeout_error
     ├── DeadlineExceeded          504     timeout_error          (the client's deadline)
@@ -24,7 +25,8 @@ Messages never contain a key or an upstream credential. This module is the one p
 that turns an exception into a response, for the OpenAI and admin routes alike
 (`as_error`, then `GatewayError.to_response`); other packages' errors are translated into
 this tree where they enter (the upstream client's in `gateway.traffic.forward`, the state
-store's in the admin API). `request_id` names every request the same way.
+store's in the admin API). The batch API's errors (files, batches) are subclasses of these,
+in gateway/batches/errors.py. `request_id` names every request the same way.
 """
 
 from __future__ import annotations
@@ -175,6 +177,15 @@ class BackendUnavailable(GatewayError):
     status = 503
     type = "service_unavailable"
     code = "backend_unavailable"
+
+
+class StartTooSlow(GatewayError):
+    """The backend is starting, and its learned start time outlasts the request's deadline:
+    refused at once, `Retry-After` when the start should be over."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "cold_start_too_slow"
 
 
 class StateUnavailable(GatewayError):

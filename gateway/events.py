@@ -37,7 +37,7 @@ from warmpool.timeline import ColdStartRecord
 _log = logging.getLogger("gateway.events")
 
 REQUESTS = "requests"  # one RequestEvent per finished request on the OpenAI routes
-SCALE = "scale"  # one ScaleEvent when a scale-to-zero backend leaves or reaches zero
+SCALE = "scale"  # one ScaleEvent when a scale-to-zero backend goes warm, asleep or to zero
 FIELD = "e"  # the stream entry's one field: the event as JSON
 STREAM_MAXLEN = {REQUESTS: 1_000_000, SCALE: 100_000}
 
@@ -45,7 +45,8 @@ STREAM_MAXLEN = {REQUESTS: 1_000_000, SCALE: 100_000}
 @dataclass(slots=True)
 class RequestEvent:
     """One finished request. `cache` is the hit tier (`exact`, `normalized`, `semantic`),
-    `miss`, `bypass` (the client said no-store or no-cache), or `none` (not cacheable)."""
+    `miss`, `bypass` (the client said no-store or no-cache), `coalesced` (answered by an
+    identical request's upstream call), or `none` (not cacheable)."""
 
     ts: float  # wall clock, when the answer was done
     request_id: str
@@ -72,12 +73,14 @@ class RequestEvent:
 
 @dataclass(slots=True)
 class ScaleEvent:
-    """A scale-to-zero backend's ready replicas went from zero to some, or to zero."""
+    """A scale-to-zero backend went warm (replicas ready), asleep (none ready, some in the
+    sleep tier) or to zero (none at all)."""
 
     ts: float
     backend: str
     models: list[str]
     ready: int
+    asleep: int = 0
 
 
 def refusal_reason(exc: GatewayError) -> str | None:
@@ -207,25 +210,37 @@ class EventLog:
 
 
 class ScaleRecorder:
-    """Records when a backend leaves zero ready replicas or reaches it, for the cold-start
-    report's time at zero; it starts at zero (nothing is ready when the gateway starts)."""
+    """Records when a backend goes warm, asleep or to zero, for the cold-start report's time
+    in each; it starts at zero (nothing is ready when the gateway starts). The manager
+    reports the sleep tier before a replica leaves the ready set for it, and after it is
+    back, so a sleep or a wake never shows as a moment at zero."""
 
     def __init__(self, backend: str, models: list[str], events: EventLog | None) -> None:
         self._backend = backend
         self._models = models
         self._events = events
-        self._at_zero = True
-        self._record(0)
+        self._ready = self._asleep = 0
+        self._state = "zero"
+        self._record()
 
     def ready(self, replicas: Sized) -> None:
-        count = len(replicas)
-        if (count == 0) != self._at_zero:
-            self._at_zero = count == 0
-            self._record(count)
+        self._ready = len(replicas)
+        self._update()
 
-    def _record(self, count: int) -> None:
+    def asleep(self, count: int) -> None:
+        self._asleep = count
+        self._update()
+
+    def _update(self) -> None:
+        state = "warm" if self._ready else "asleep" if self._asleep else "zero"
+        if state != self._state:
+            self._state = state
+            self._record()
+
+    def _record(self) -> None:
         if self._events is not None:
-            self._events.record(ScaleEvent(time.time(), self._backend, self._models, count))
+            event = ScaleEvent(time.time(), self._backend, self._models, self._ready, self._asleep)
+            self._events.record(event)
 
 
 class RedisTimelineSink:

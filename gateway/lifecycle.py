@@ -7,10 +7,12 @@ quota reservation, the pool lease) and what it holds; it is its own context mana
     async with exchange:
         ...                         # the steps fill the exchange in
 
-However the block ends, `Exchange.end` runs exactly once: settle (the quota reservation,
-with what the model really used; shielded from cancellation), release (the lease), store
-(a complete answer, in the cache), record (metrics, access log, report event). A
-stream hands its end over (`Exchange.hand_off`): it runs when the stream is over instead.
+However the block ends, `Exchange.end` runs exactly once: store (a complete answer, in
+the cache) and land its flight (the identical requests waiting on it get the answer or are
+released, gateway/coalesce.py), settle (the quota reservation, with what the model really
+used; shielded from cancellation), release (the lease), record (metrics, access log,
+report event). A stream hands its end over (`Exchange.hand_off`): it runs when the stream
+is over instead.
 An exception leaving the block is turned into the `GatewayError` the client gets
 (`errors.as_error`) before the end is recorded, and re-raised as that; a cancellation
 (the client left) is recorded as 499.
@@ -28,7 +30,8 @@ from starlette.requests import Request
 from gateway.accesslog import AccessLog
 from gateway.body import header_map
 from gateway.cache_http import HttpCache, Probe
-from gateway.errors import as_error, request_id
+from gateway.coalesce import Flight
+from gateway.errors import GatewayError, as_error, request_id
 from gateway.events import EventLog, RequestEvent, refusal_reason
 from gateway.metrics import Metrics
 from gateway.relay import Ending, Finish
@@ -66,6 +69,8 @@ class Exchange:
     refused: str | None = None
     handed_off: bool = False  # a stream ends the exchange itself, when it is over
     ended: bool = False
+    flight: Flight | None = None  # identical requests wait on its answer (gateway/coalesce.py)
+    fallback: str | None = None  # the fallback model that answered (gateway/fallback.py)
 
     def hand_off(self) -> Finish:
         """The exchange ends when the returned function is called, not with its block."""
@@ -85,13 +90,19 @@ class Exchange:
             if not self.handed_off:
                 await self.end(self.ending or Ending(200, None))
         elif isinstance(exc, Exception):
-            error = as_error(exc, self.request_id)
-            self.refused = refusal_reason(error)
-            await self.end(Ending(error.status, error.code or error.type))
+            error = await self.fail(exc)
             if error is not exc:
                 raise error from exc
         else:  # cancelled: the client left
             await self.end(Ending(499, "client_disconnected"))
+
+    async def fail(self, exc: Exception) -> GatewayError:
+        """Ends the exchange with the error the client gets for `exc` (also for work that
+        outlives the block: a held stream, gateway/held.py), and returns that error."""
+        error = as_error(exc, self.request_id)
+        self.refused = refusal_reason(error)
+        await self.end(Ending(error.status, error.code or error.type))
+        return error
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started
@@ -145,15 +156,25 @@ class Lifecycle:
             return
         exchange.ended = True
         exchange.ending = ending
+        if exchange.probe is not None:
+            self._keep(exchange, exchange.probe, ending)
         usage = exchange.usage()
         await self._settle(exchange, usage)
         if exchange.lease is not None:
             exchange.lease.release(usage, completed=ending.status < 500 and ending.status != 499)
         if not exchange.cached and exchange.tenant is not None and usage.total:
             self._metrics.tokens(exchange.tenant, usage.prompt, usage.completion)
-        if ending.status == 200 and ending.body is not None and exchange.probe is not None:
-            self._cache.store(exchange.probe, ending.body)
         self._record(exchange, ending, usage)
+
+    def _keep(self, exchange: Exchange, probe: Probe, ending: Ending) -> None:
+        """Stores a complete answer, then lands its flight: the identical requests that
+        come from then on are hits. Before the settle's await, so that those waiting on
+        the flight need not wait for the quota store too. A fallback model's answer is
+        not stored: the key names the model asked for."""
+        if ending.status == 200 and ending.body is not None and exchange.fallback is None:
+            self._cache.store(probe, ending.body)
+        if exchange.flight is not None:
+            exchange.flight.finish(ending)
 
     async def _settle(self, exchange: Exchange, usage: TokenUsage) -> None:
         reservation = exchange.admission.reservation

@@ -124,6 +124,19 @@ class Metrics:
             ["tenant", "outcome"],
             registry=r,
         )
+        self._cache_coalesced = Counter(
+            "gateway_cache_coalesced",
+            "Requests answered by an identical request's upstream call (gateway/coalesce.py).",
+            ["tenant"],
+            registry=r,
+        )
+        self._model_fallbacks = Counter(
+            "gateway_model_fallbacks",
+            "Requests sent to a fallback model, by the model asked for, the fallback and why "
+            "(unavailable, overloaded, failing).",
+            ["model", "fallback", "reason"],
+            registry=r,
+        )
         self._cache_bad_hit_labels = Counter(
             "gateway_cache_bad_hit_labels",
             "Bad-hit reports by whether they became a wrong label of the error-bounded "
@@ -139,7 +152,8 @@ class Metrics:
         )
         self._cold_start_phase = Histogram(
             "gateway_cold_start_seconds",
-            "Cold-start phases: staging, loading (process start to ready), first_byte, total.",
+            "Cold-start phases: staging, loading (process start to ready), first_byte, total; "
+            "wakes from sleep: wake, wake_first_byte, wake_total.",
             ["backend", "phase"],
             buckets=_BUCKETS,
             registry=r,
@@ -190,6 +204,12 @@ class Metrics:
 
     def cache_explored(self, tenant: str, outcome: str) -> None:
         self._cache_explores.labels(tenant, outcome).inc()
+
+    def cache_coalesced(self, tenant: str) -> None:
+        self._count(self._cache_coalesced, ("k", tenant))
+
+    def model_fallback(self, model: str, fallback: str, reason: str) -> None:
+        self._model_fallbacks.labels(model, fallback, reason).inc()
 
     def cache_bad_hit_label(self, tenant: str, labelled: bool) -> None:
         self._cache_bad_hit_labels.labels(tenant, "yes" if labelled else "no").inc()

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from gateway.admin import models as m
+from gateway.batches.openapi import batch_paths
 from gateway.openai_schema import ChatRequest, CompletionRequest, EmbeddingRequest
 
 _REF = "#/components/schemas/{model}"
@@ -20,13 +21,19 @@ _STATUS_TEXT = {
     400: "Bad request: the body is not JSON, or a field is missing or invalid.",
     401: "Missing, malformed or unknown API key.",
     403: "The key may not do this (a model the tenant may not use; a tenant key on /admin).",
-    404: "Unknown model, tenant, key, cache entry or route (or the admin API is disabled).",
+    404: "Unknown model, tenant, key, cache entry, backend or route (or the admin API is off).",
     408: "The request body did not arrive in time (code request_timeout); the connection closes.",
-    409: "Conflicts with what exists (a tenant of that name; a key declared in config).",
+    409: (
+        "Conflicts with what exists (a tenant of that name; a key declared in config; "
+        "a batch that is over, to cancel)."
+    ),
     413: "The request body is too large.",
     429: "A quota of the tenant is exhausted (see Retry-After and x-ratelimit-*).",
     502: "The backend failed (refused, reset, or answered nonsense).",
-    503: "State store unreachable, backend unavailable, or load shed (see Retry-After).",
+    503: (
+        "State store unreachable, backend unavailable, load shed, or a backend whose start "
+        "outlasts the request's deadline (see Retry-After)."
+    ),
     504: "The backend did not answer in time, or not before the request's deadline.",
 }
 
@@ -49,6 +56,7 @@ def openapi_document() -> dict[str, Any]:
         (EmbeddingRequest, "validation"),
         (m.TenantCreate, "validation"),
         (m.TenantPatch, "validation"),
+        (m.WarmOrder, "validation"),
         *((model, "serialization") for model in _OUTPUTS),
     ]
     _, defs = models_json_schema(models, ref_template=_REF)
@@ -59,7 +67,12 @@ def openapi_document() -> dict[str, Any]:
             "version": "1",
             "description": "OpenAI-compatible gateway with a semantic cache, and its admin API.",
         },
-        "paths": {**_openai_paths(), **_admin_paths(), **_operational_paths()},
+        "paths": {
+            **_openai_paths(),
+            **batch_paths(_errors, _ok),
+            **_admin_paths(),
+            **_operational_paths(),
+        },
         "components": {
             "schemas": defs["$defs"],
             "securitySchemes": {
@@ -86,6 +99,7 @@ _OUTPUTS: list[type[BaseModel]] = [
     m.CacheEntryDeleted,
     m.Report,
     m.BackendList,
+    m.BackendWarmed,
     m.ErrorBody,
 ]
 
@@ -306,11 +320,27 @@ def _admin_paths() -> dict[str, Any]:
                 m.BackendList,
             )
         },
+        "/admin/backends/{name}/warm": {
+            "parameters": _param("name", {"type": "string", "minLength": 1}),
+            "post": _warm_op(),
+        },
         "/admin/reports/cache": {"get": _report_op("Cache report: hit rates, savings, latency")},
         "/admin/reports/cold-start": {
             "get": _report_op("Cold-start report: starts, phases, waits")
         },
     }
+
+
+def _warm_op() -> dict[str, Any]:
+    op = _admin_op(
+        "Start replicas of a process or kubernetes backend now and keep them for a while "
+        "(400 for a backend with a fixed address)",
+        m.BackendWarmed,
+        status=202,
+        body=m.WarmOrder,
+    )
+    op["requestBody"]["required"] = False  # no body: one replica, for the backend's idle_s
+    return op
 
 
 def _report_op(summary: str) -> dict[str, Any]:

@@ -5,11 +5,15 @@
     route        model -> backend pool, tenant may use it (gateway/tenancy/tenants.py)
     admit        quotas reserve the estimated tokens (gateway/tenancy/quotas.py)
     cache        look the prompt up, answer a hit (gateway/cache_http.py -> cache/semantic.py)
-    acquire      cold start, fair queue, shedding: a lease (gateway/traffic/pool.py)
-    forward      replica, breaker, budgeted retries (gateway/traffic/forward.py)
+    coalesce     an identical request is with the model: wait for its answer; else lead
+                 the requests that come meanwhile (gateway/coalesce.py)
+    acquire      cold start, fair queue, shedding: a lease (gateway/traffic/pool.py); held
+                 for a start, a stream gets keep-alives meanwhile (gateway/held.py)
+    forward      replica, breaker, budgeted retries (gateway/traffic/forward.py); for a
+                 model with fallbacks, the next one when it cannot answer (gateway/fallback.py)
     relay        whole or as a stream (gateway/relay.py)
 
-and, however it ends, settle, release, store and record, from one place
+and, however it ends, store, land its flight, settle, release and record, from one place
 (gateway/lifecycle.py). Errors are typed (gateway/errors.py) and become responses there.
 `cache_feedback` is the short path of a client reporting a bad hit: authenticate, read,
 delete the entry within the tenant's cache scope (gateway/cache_http.py).
@@ -17,6 +21,8 @@ delete the entry within the tenant's cache scope (gateway/cache_http.py).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -24,10 +30,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.http import UpstreamResponse
+from cache.policy import Mode
 from gateway.body import BodyReader
-from gateway.cache_http import HttpCache, reported
+from gateway.cache_http import HttpCache, Probe, reported
+from gateway.coalesce import Flight, Flights
 from gateway.disconnect import unless_disconnected
 from gateway.errors import GatewayError, QuotaExceeded, StateUnavailable
+from gateway.fallback import Fallbacks
+from gateway.held import HeldStream
 from gateway.lifecycle import Exchange, Lifecycle
 from gateway.metrics import Metrics
 from gateway.openai_schema import Kind, OpenAIRequest, parse_request
@@ -36,7 +46,7 @@ from gateway.settings import Priority, Tenant, TrafficSettings
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.quotas import Admission, QuotaEnforcer, QuotaLimits
 from gateway.tenancy.tenants import Catalog
-from gateway.traffic.deadline import Deadline, deadline_s, request_class
+from gateway.traffic.deadline import Deadline, deadline_s, held_deadline_s, request_class
 from gateway.traffic.forward import forward
 from gateway.traffic.pool import Admitted, Pool
 from gateway.usage import UsageTap
@@ -52,6 +62,7 @@ class Call:
     pool: Pool
     priority: Priority
     deadline: Deadline
+    fallbacks: tuple[str, ...] = ()  # models tried in its model's place (gateway/fallback.py)
 
 
 class Pipeline:
@@ -66,6 +77,8 @@ class Pipeline:
         metrics: Metrics,
         lifecycle: Lifecycle,
         body: BodyReader,
+        flights: Flights,
+        fallbacks: Mapping[str, tuple[str, ...]],
     ) -> None:
         self._auth = auth
         self._catalog = catalog
@@ -76,6 +89,9 @@ class Pipeline:
         self._metrics = metrics
         self._lifecycle = lifecycle
         self._body = body
+        self._flights = flights
+        self._chains = fallbacks  # per model with fallbacks, the models tried in its place
+        self._fallbacks = Fallbacks(catalog, pools, metrics)
 
     async def openai(self, request: Request, kind: Kind) -> Response:
         exchange = self._lifecycle.begin(request)
@@ -127,6 +143,76 @@ class Pipeline:
             return cached
         admitted = self._admitted(call, exchange)
         exchange.at_zero = call.pool.at_zero
+        if exchange.at_zero:
+            return await self._held(call, exchange, admitted)
+        if exchange.probe is not None:
+            followed = await self._coalesce(call, exchange, exchange.probe)
+            if followed is not None:
+                return followed
+        if call.fallbacks:
+            upstream = await self._fallbacks.send(call, exchange, admitted)
+        else:
+            exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
+            path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
+            upstream = await forward(lease, path, call.raw, exchange.request_id, streamed=streamed)
+        return self._with_headers(await self._relay(call, exchange, upstream), exchange)
+
+    async def _coalesce(self, call: Call, exchange: Exchange, probe: Probe) -> Response | None:
+        """The answer of an identical request already with the model, as a hit; None to go
+        upstream: leading the identical requests that come meanwhile, or released by a
+        leader that failed (gateway/coalesce.py)."""
+        flight = self._flights.get(probe.key.exact_key)
+        if flight is None:
+            exchange.flight = self._flights.lead(probe.key.exact_key, probe.kind)
+            return None
+        if probe.mode is not Mode.FULL or probe.lookup.explored is not None:
+            return None  # it must reach the model (no-cache, or exploring under a bound)
+        tenant, streamed = call.tenant.name, call.body.streamed
+        may_use = functools.partial(self._catalog.allows, tenant)
+        followed = await flight.follow(streamed, call.deadline.answer_by(), may_use)
+        if followed is None:
+            return None
+        response = self._followed(flight, followed.body, probe, exchange, streamed)
+        if response is None:
+            return None
+        exchange.cached, exchange.fallback = True, flight.served
+        self._cache.count_coalesced(probe)
+        return self._with_headers(response, exchange)
+
+    def _followed(
+        self, flight: Flight, body: bytes | None, probe: Probe, exchange: Exchange, streamed: bool
+    ) -> Response | None:
+        if body is None:  # live: the leader's stream as it comes
+            return flight.stream(probe, exchange.request_id, exchange.hand_off())
+        return self._cache.coalesced(probe, body, streamed, exchange.request_id)
+
+    async def _held(self, call: Call, exchange: Exchange, admitted: Admitted) -> Response:
+        """No replica is ready: the request waits for one to start (or wake), under a
+        deadline that covers the start unless the client set one; a stream is sent
+        keep-alives meanwhile (gateway/held.py)."""
+        pool, hold = call.pool, self._traffic.hold
+        remaining = pool.manager.start_remaining_s() if pool.manager is not None else None
+        length_s = held_deadline_s(
+            exchange.headers,
+            self._traffic.deadline_s.get(call.priority, 60.0),
+            self._traffic.max_deadline_s,
+            remaining,
+            hold.deadline_margin,
+            streamed=call.body.streamed,
+        )
+        call.deadline = Deadline.after(length_s, exchange.elapsed_s())
+        answer = functools.partial(self._dispatch, call, exchange, admitted)
+        if not call.body.streamed:
+            return await answer()
+        headers = {**exchange.admission.headers, **self._cache.miss_headers(exchange.probe)}
+        exchange.hand_off()  # the held stream ends the exchange, once it is over
+        return HeldStream(answer, exchange, headers, hold.keepalive_s)
+
+    async def _dispatch(self, call: Call, exchange: Exchange, admitted: Admitted) -> Response:
+        """`_answer`'s last steps (kept inline there, for requests that are not held)."""
+        if call.fallbacks:
+            upstream = await self._fallbacks.send(call, exchange, admitted)
+            return self._with_headers(await self._relay(call, exchange, upstream), exchange)
         exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
         path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
         upstream = await forward(lease, path, call.raw, exchange.request_id, streamed=streamed)
@@ -154,7 +240,8 @@ class Pipeline:
         default_s = traffic.deadline_s.get(priority, 60.0)
         length_s = deadline_s(headers, default_s, traffic.max_deadline_s)
         deadline = Deadline.after(length_s, exchange.elapsed_s())
-        return Call(body, raw, tenant, self._pools[route.backend], priority, deadline)
+        pool, fallbacks = self._pools[route.backend], self._chains.get(route.model, ())
+        return Call(body, raw, tenant, pool, priority, deadline, fallbacks)
 
     async def _admit(self, call: Call, exchange: Exchange) -> None:
         exchange.estimate = call.body.reserved_tokens(self._traffic.default_max_tokens)
@@ -180,6 +267,8 @@ class Pipeline:
         if probe is None:
             exchange.cache = self._cache.skipped(call.body)
             return None
+        if probe.mode is Mode.FULL and self._flights.get(probe.key.exact_key) is not None:
+            return None  # an identical request is with the model: follow it, no lookup
         hit = await self._cache.lookup(probe, call.body.streamed, exchange.request_id)
         if hit is None:
             return None
@@ -206,7 +295,10 @@ class Pipeline:
             body = recorder.result() if recorder is not None and ending.status == 200 else None
             await end(Ending(ending.status, ending.error, body))
 
-        return stream(call.pool.name, upstream, exchange.request_id, self._metrics, tap, finish)
+        flight = exchange.flight
+        shared = flight.leading(recorder) if flight is not None and recorder is not None else None
+        rid = exchange.request_id
+        return stream(call.pool.name, upstream, rid, self._metrics, tap, finish, shared)
 
     def _with_headers(self, response: Response, exchange: Exchange) -> Response:
         headers = {**exchange.admission.headers, **self._cache.miss_headers(exchange.probe)}
@@ -217,6 +309,8 @@ class Pipeline:
             # Answers to requests that waited for a cold start say how long it took.
             response.headers["x-cold-start-ms"] = str(lease.cold_start_ms)
             lease.first_byte()
+        if exchange.fallback is not None:
+            response.headers["x-model-fallback"] = exchange.fallback
         return response
 
     async def _models(self, exchange: Exchange) -> Response:

@@ -5,7 +5,9 @@ client receives a well-formed `data: {"error": ...}` event rather than half an e
 An upstream that answers 200 with a body (or an event) that is not JSON gets the same
 treatment as one that breaks off: 502, never its garbage relayed as an answer.
 `Finish` hooks run once when the answer is over, however it ended (done, failed, client
-gone), with the status and the body or stream it carried.
+gone), with the status and the body or stream it carried. A `Shared` stream is one that
+identical requests read too (gateway/coalesce.py): the upstream may then outlive this
+client, and is closed only once no one reads it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import orjson
 from starlette.responses import Response, StreamingResponse
@@ -46,6 +49,19 @@ Finish = Callable[[Ending], Awaitable[None]]
 Tap = Callable[[bytes], None]  # sees every relayed piece of a stream, in order
 
 
+class Shared(Protocol):
+    """A stream that identical requests read too (gateway/coalesce.py)."""
+
+    def relay(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The events the client gets: `events`, recorded (and read by another task once
+        others read them too: so the upstream may outlive this client)."""
+        ...
+
+    async def done(self) -> None:
+        """This client's stream is over; returns once no one reads the upstream any more."""
+        ...
+
+
 async def whole(
     backend: str, upstream: UpstreamResponse, request_id: str, metrics: Metrics
 ) -> tuple[Response, Ending]:
@@ -77,14 +93,19 @@ def stream(
     metrics: Metrics,
     tap: Tap | None,
     finish: Finish,
+    shared: Shared | None = None,
 ) -> Response:
     ended: list[Ending] = []
 
     async def close() -> None:
+        if shared is not None:
+            await shared.done()
         upstream.close()
         await finish(ended[0] if ended else Ending(499, "client_disconnected"))
 
     events = _events(backend, upstream, metrics, tap, ended)
+    if shared is not None:
+        events = shared.relay(events)
     headers = relayed_headers(upstream.headers, request_id)
     headers["cache-control"] = "no-cache"
     return RelayedStream(events, close, headers=headers)

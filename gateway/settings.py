@@ -22,6 +22,9 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.fallback_config import Chains, merge_chains
+from warmpool.schedule import MAX_WINDOW_S, Schedule, Window, parse_cron, time_zone
+
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 Priority = Literal["interactive", "batch"]
 Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -101,6 +104,21 @@ class StagingSettings(_Strict):
     s3: S3Settings = S3Settings()
 
 
+class ScheduleWindow(_Strict):
+    """From each time `cron` fires (5 fields, read in `scaling.timezone`), keep at least
+    `min_replicas` ready for `duration_s` (README "Scale to zero")."""
+
+    cron: str
+    duration_s: float = Field(gt=0, le=MAX_WINDOW_S)
+    min_replicas: int = Field(default=1, ge=1)
+
+    @field_validator("cron")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        parse_cron(value)  # its ValueError names the field that is wrong
+        return value
+
+
 class Scaling(_Strict):
     """Replica count of a `process` or `kubernetes` backend (see README "Scale to zero")."""
 
@@ -108,6 +126,9 @@ class Scaling(_Strict):
     max_replicas: int = Field(default=1, ge=1)
     idle_s: float = Field(default=60.0, gt=0)  # idle time before one of several stops
     last_replica_idle_s: float = Field(default=300.0, gt=0)  # ... before the last one stops
+    # With `sleep: true`: the last replica sleeps after idle_s and stops after this long
+    # without work (counted from its last work too, so it sleeps for sleep_s - idle_s).
+    sleep_s: float = Field(default=1800.0, gt=0)
     # Requests (queued, in flight, queued in the engine) one replica carries before another
     # is added. None: its learned concurrency limit (`concurrency.mode: adaptive`), or 2.
     target_queue_per_replica: float | None = Field(default=None, gt=0)
@@ -117,12 +138,26 @@ class Scaling(_Strict):
     stable_window_s: float = Field(default=60.0, gt=0)
     panic_window_s: float = Field(default=6.0, gt=0)
     ready_timeout_s: float = Field(default=600.0, gt=0)
+    schedule: list[ScheduleWindow] = Field(default_factory=list)  # raised minimums by the clock
+    timezone: str = "UTC"  # an IANA name: the schedule's cron times are read there
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        time_zone(value)
+        return value
 
     @model_validator(mode="after")
     def _bounds(self) -> Scaling:
         if self.min_replicas > self.max_replicas:
             raise ValueError("min_replicas must not exceed max_replicas")
+        if any(w.min_replicas > self.max_replicas for w in self.schedule):
+            raise ValueError("a schedule window's min_replicas must not exceed max_replicas")
         return self
+
+    def plan(self) -> Schedule:
+        windows = (Window(parse_cron(w.cron), w.duration_s, w.min_replicas) for w in self.schedule)
+        return Schedule(tuple(windows), time_zone(self.timezone))
 
 
 class KubernetesTarget(_Strict):
@@ -170,6 +205,7 @@ class Backend(_Strict):
     kind: Literal["http", "process", "kubernetes"] = "http"
     base_url: str = ""
     command: list[str] = Field(default_factory=list)  # {port} {weights} {python} {host}
+    env: dict[str, str] = Field(default_factory=dict)  # process: added to the gateway's own
     ready_path: str = "/health"
     kubernetes: KubernetesTarget | None = None
     scaling: Scaling = Scaling()
@@ -182,11 +218,16 @@ class Backend(_Strict):
     engine: Literal["vllm", "sglang", "tgi", "none"] = "none"
     # vLLM started with `--scheduling-policy priority`: requests carry their class's rank.
     priority_scheduling: bool = False
+    # vLLM started with `--enable-sleep-mode` (and VLLM_SERVER_DEV_MODE=1): an idle last
+    # replica sleeps (weights in host memory) before it stops; see README "Scale to zero".
+    sleep: bool = False
     concurrency: Concurrency = Concurrency()
     health_path: str = "/models"
     launch: Launch | None = None
     weights: Weights | None = None
     retry: RetrySettings | None = None  # None: `traffic.retry`
+    # Per model of this backend: the models tried in its place (gateway/fallback.py).
+    fallbacks: dict[Name, list[Name]] = Field(default_factory=dict)
 
     @field_validator("base_url")
     @classmethod
@@ -203,13 +244,30 @@ class Backend(_Strict):
             raise ValueError("a process backend needs command")
         if self.kind == "kubernetes" and self.kubernetes is None:
             raise ValueError("a kubernetes backend needs the kubernetes section")
+        if self.kind == "http" and self.scaling.schedule:
+            raise ValueError("scaling.schedule needs a process or kubernetes backend")
+        if self.env and self.kind != "process":
+            raise ValueError("env is for process backends (it is the command's environment)")
         if "{weights}" in " ".join(self.command) and self.weights is None:
             raise ValueError("command uses {weights} but the backend declares no weights")
         if self.priority_scheduling and self.engine != "vllm":
             raise ValueError("priority_scheduling needs engine: vllm (its `priority` field)")
+        if self.sleep:
+            self._can_sleep()
         if self.concurrency.min > self.max_concurrency:
             raise ValueError("concurrency.min must be <= max_concurrency")
         return self
+
+    def _can_sleep(self) -> None:
+        if self.engine != "vllm":
+            raise ValueError("sleep needs engine: vllm (its sleep mode: --enable-sleep-mode)")
+        if self.kind == "http":
+            raise ValueError("sleep needs a process or kubernetes backend (the gateway scales)")
+        if self.scaling.sleep_s <= self.scaling.idle_s:
+            raise ValueError(
+                "scaling.sleep_s must be longer than scaling.idle_s (both count from the "
+                "replica's last work: it sleeps after idle_s and stops after sleep_s)"
+            )
 
 
 # Limits travel through Lua as doubles: beyond 2^53 they would lose precision.
@@ -320,6 +378,17 @@ def _default_deadlines() -> dict[Priority, float]:
     return {"interactive": 60.0, "batch": 600.0}
 
 
+class HoldSettings(_Strict):
+    """Requests held while a backend with no ready replica starts one (README "Scale to zero")."""
+
+    # A held streaming request gets an SSE comment line this often (the first one sends its
+    # status line), so that clients and proxies do not drop a connection that stays silent.
+    keepalive_s: float = Field(default=3.0, gt=0, le=60)
+    # A request that names no deadline of its own, held for a start, may wait at least the
+    # start's learned estimate times this (within `max_deadline_s`).
+    deadline_margin: float = Field(default=1.5, ge=1)
+
+
 class TrafficSettings(_Strict):
     """Fair queueing, load shedding, retries and circuit breaking in front of each backend."""
 
@@ -338,6 +407,7 @@ class TrafficSettings(_Strict):
     breaker_failures: int = Field(default=5, ge=1)  # consecutive, or half of the last 20
     breaker_open_s: float = Field(default=5.0, gt=0)
     retry: RetrySettings = RetrySettings()  # for every backend that sets no `retry`
+    hold: HoldSettings = HoldSettings()
 
 
 class Price(_Strict):
@@ -354,6 +424,46 @@ class Limits(_Strict):
     body_timeout_s: float = Field(default=30.0, gt=0)
 
 
+_WINDOW = r"^[1-9][0-9]*[smh]$"  # a completion window: 24h, 90m, 30s
+
+
+class BatchFiles(_Strict):
+    """Where batch files' bytes live (inputs, outputs, errors): a local folder, or S3."""
+
+    store: Literal["local", "s3"] = "local"
+    path: Path | None = None  # local: None is `files/` next to the state file
+    bucket: str | None = None  # s3: required
+    prefix: str = "gateway-files/"  # s3: object keys are PREFIX + file id
+    s3: S3Settings = S3Settings()
+
+    @model_validator(mode="after")
+    def _bucket_for_s3(self) -> BatchFiles:
+        if self.store == "s3" and not self.bucket:
+            raise ValueError("store: s3 needs bucket")
+        return self
+
+
+class BatchSettings(_Strict):
+    """Batch jobs (`/v1/files`, `/v1/batches`), run inside the gateway (README "Batch jobs")."""
+
+    enabled: bool = True
+    max_file_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    max_lines: int = Field(default=50_000, ge=1)
+    concurrency: int = Field(default=4, ge=1)  # a job's lines in flight at once
+    max_concurrency: int = Field(default=16, ge=1)  # lines in flight over all jobs
+    max_jobs: int = Field(default=4, ge=1)  # jobs run at once (each holds its input in memory)
+    # The windows `completion_window` may name (OpenAI knows 24h only), and their lengths.
+    completion_windows: list[Annotated[str, StringConstraints(pattern=_WINDOW)]] = Field(
+        default_factory=lambda: ["24h"], min_length=1
+    )
+    retry_base_s: float = Field(default=1.0, gt=0)  # a line refused for load (429, 503) ...
+    retry_cap_s: float = Field(default=60.0, gt=0)  # ... retries after backoff up to this
+    poll_s: float = Field(default=1.0, gt=0)  # how often jobs are looked for (other replicas')
+    drain_s: float = Field(default=10.0, ge=0)  # at shutdown, lines in flight get this long
+    lease_s: float = Field(default=30.0, gt=0)  # Redis: a replica's claim on a job
+    files: BatchFiles = BatchFiles()
+
+
 class Settings(_Strict):
     listen: Listen = Listen()
     state: StateSettings = StateSettings()
@@ -365,7 +475,10 @@ class Settings(_Strict):
     tenants: list[Tenant] = Field(default_factory=list)
     admin: AdminSettings = AdminSettings()
     pricing: dict[str, Price] = Field(default_factory=dict)  # by model name
+    batches: BatchSettings = BatchSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Per model: the models tried in its place (gateway/fallback.py); also per backend.
+    fallbacks: dict[Name, list[Name]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Settings:
@@ -373,10 +486,17 @@ class Settings(_Strict):
         _require_unique("tenants", [t.name for t in self.tenants])
         served = [model for backend in self.backends for model in backend.models]
         _require_unique("models served by backends", served)
+        self.fallback_chains()  # raises ValueError when they are wrong
         return self
 
     def model_names(self) -> list[str]:
         return [model for backend in self.backends for model in backend.models]
+
+    def fallback_chains(self) -> Chains:
+        """Per model with fallbacks, the models tried in its place, in order."""
+        backend_of = {model: b.name for b in self.backends for model in b.models}
+        per_backend = {b.name: b.fallbacks for b in self.backends if b.fallbacks}
+        return merge_chains(backend_of, self.fallbacks, per_backend)
 
 
 def _require_unique(what: str, names: list[str]) -> None:

@@ -8,7 +8,9 @@ The gateway calls, per request (synchronously, before it queues the request):
                                        failed less than `retry_after_failure_s` ago
     handle.first_byte()                when a request that waited sends its first byte
 
-and listens to `on_ready_change` (the ready set, after every change: set the scheduler's
+`manager.prewarm(replicas, hold_s)` (the admin API) keeps at least `replicas` for
+`hold_s` from now, as `floor()` (a schedule, `warmpool.schedule`) does at each tick. It
+listens to `on_ready_change` (the ready set, after every change: set the scheduler's
 capacity from it) and `on_start_failed` (a cold start failed: fail the requests it holds).
 It reads each replica's work from `load()` (the request path's own in-flight count per
 replica, and how many it finished): a replica is active at a tick when it has requests in
@@ -21,6 +23,19 @@ tasks, so the loop never waits on them. `activate` takes the cold-start fast pat
 without waiting for a tick; concurrent callers share one start. The manager never calls
 `ensure` with a lower count (that would stop replicas still loading): it scales down only
 by stopping a replica it chose, which leaves the ready set before it is stopped.
+
+With a sleep tier (`engine_sleep` given and `policy.sleep_s` set), the decision's `sleep`
+and `wake` go to `warmpool.sleep.SleepTier`: a replica leaves the ready set before its
+engine is put to sleep and rejoins it once awake. A request that finds every replica
+asleep wakes one through `activate`, exactly as it would start one: concurrent callers
+share the wake, and the handle they get settles when the replica is awake. Listeners of
+`on_sleep_change` get the number of replicas in the tier after every change.
+
+This module decides and drives; its parts keep the state: `warmpool.cold_start` (the
+start under way, its handles and timeline, the last failure, the start estimates),
+`warmpool.ready_set` (the ready set and its listeners), `warmpool.signals` (what each
+decision is made from), `warmpool.growth` (the growth task) and `warmpool.weights`
+(staging the weights before a start).
 """
 
 from __future__ import annotations
@@ -28,10 +43,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -44,86 +57,26 @@ from warmpool.autoscale import (
     ScalePolicy,
     ScaleSnapshot,
     desired_replicas,
+    held_floor,
 )
-from warmpool.timeline import ColdStartTimeline, Outcome
+from warmpool.cold_start import ColdStartFailed, ColdStartHandle, ColdStarts, Kind
+from warmpool.growth import Growth
+from warmpool.ready_set import ReadyListener, ReadySet
+from warmpool.signals import Sample, ScaleSignals
+from warmpool.sleep import EngineSleep, SleepTier
+from warmpool.timeline import ColdStartTimeline
+from warmpool.weights import BackendWeights, Stager
+
+__all__ = [
+    "ColdStartFailed",
+    "ColdStartHandle",
+    "ColdStartManager",
+    "ManagerSnapshot",
+    "ReadyListener",
+    "Stager",
+]
 
 log = logging.getLogger(__name__)
-
-ReadyListener = Callable[[list[Replica]], None]
-
-
-class Stager(Protocol):
-    """What the manager needs of `warmpool.staging.WeightStager`."""
-
-    async def open(self) -> None: ...
-
-    def is_staged(self, model: str) -> bool: ...
-
-    def touch(self, model: str) -> None: ...
-
-    def pin(self, model: str) -> None: ...
-
-    async def stage(self, model: str, uri: str) -> object: ...
-
-
-class ColdStartFailed(Exception):
-    """A start failed (staging, or the provider refused); `__cause__` says why.
-
-    `temporary` is the cause's own flag (staging errors carry one) or True; the gateway
-    answers 503 with `Retry-After: retry_after_s` when it is temporary.
-    """
-
-    def __init__(self, backend: str, cause: BaseException, retry_after_s: float) -> None:
-        super().__init__(f"{backend}: cold start failed: {type(cause).__name__}: {cause}")
-        self.backend = backend
-        self.retry_after_s = retry_after_s
-        self.temporary = bool(getattr(cause, "temporary", True))
-        self.__cause__ = cause
-
-
-class _Episode:
-    """One cold start: from "no replica is ready" until one is, or the start fails."""
-
-    def __init__(self, start_id: str, started_at: float) -> None:
-        self.id = start_id
-        self.started_at = started_at
-        self.ready_at: float | None = None
-        self.failure: ColdStartFailed | None = None
-        self.settled = anyio.Event()
-        self.request_seen = False
-
-
-class ColdStartHandle:
-    """A request's view of the cold start it waits for; times are on the manager's clock."""
-
-    def __init__(self, episode: _Episode, timeline: ColdStartTimeline) -> None:
-        self._episode = episode
-        self._timeline = timeline
-
-    @property
-    def id(self) -> str:
-        return self._episode.id
-
-    @property
-    def started_at(self) -> float:
-        return self._episode.started_at
-
-    @property
-    def ready_at(self) -> float | None:
-        return self._episode.ready_at
-
-    @property
-    def cold_start_s(self) -> float | None:
-        """How long the start took, once a replica is ready (for the response header)."""
-        ready_at = self._episode.ready_at
-        return None if ready_at is None else ready_at - self._episode.started_at
-
-    @property
-    def failure(self) -> ColdStartFailed | None:
-        return self._episode.failure
-
-    def first_byte(self) -> None:
-        self._timeline.first_byte(self._episode.id)
 
 
 @dataclass(frozen=True)
@@ -139,6 +92,8 @@ class ManagerSnapshot:
     reason: str
     cold_start: bool  # a start from zero ready is under way
     failure: str | None  # the last failed start, while its retry delay lasts
+    floor: int = 0  # raised minimum now (a pre-warm or a scheduled window)
+    asleep: int = 0  # replicas in the sleep tier (dozing, asleep or waking)
 
 
 class ColdStartManager:
@@ -156,38 +111,37 @@ class ColdStartManager:
         load: Callable[[], Mapping[str, ReplicaLoad]] = dict,  # per replica, see above
         demand: Callable[[], int] | None = None,  # queued + in flight; default: in flight
         capacity: Callable[[], float | None] = lambda: None,  # per ready replica, learned
+        floor: Callable[[], int] = lambda: 0,  # scheduled minimum now (warmpool.schedule)
         clock: Callable[[], float] = time.monotonic,
         tick_s: float = 0.5,
         retry_after_failure_s: float = 5.0,
-        expected_cold_start_s: float = 30.0,  # until one has been measured
+        start_history: Iterable[float] = (),  # past starts' seconds, oldest first
+        engine_sleep: EngineSleep | None = None,  # the sleep tier, with policy.sleep_s
     ) -> None:
         self.backend = backend
-        self.on_ready_change: list[ReadyListener] = []
-        self.on_start_failed: list[Callable[[ColdStartFailed], None]] = []
         self._provider = provider
         self._policy = policy
-        self._timeline = timeline
-        self._stager = stager if weights_uri is not None else None
-        self._weights_uri = weights_uri or ""
-        self._model = model or backend
-        self._pin = pin_weights
-        self._load = load
-        self._demand = demand or (lambda: sum(w.in_flight for w in load().values()))
-        self._capacity = capacity
+        self._weights = BackendWeights(backend, stager, weights_uri, model or backend, pin_weights)
+        self._signals = ScaleSignals(load, demand, capacity, floor)
+        self._starts = ColdStarts(
+            backend,
+            self._weights.model,
+            timeline,
+            clock=clock,
+            retry_s=retry_after_failure_s,
+            start_history=start_history,
+        )
         self._clock = clock
         self._tick_s = tick_s
-        self._retry_s = retry_after_failure_s
-        self._estimate_s = expected_cold_start_s
-        self._ready: list[Replica] = []
-        self._stopping: set[str] = set()
-        self._served: dict[str, int] = {}  # per replica, at the last tick
-        self._last_active: dict[str, float] = {}
-        self._last_request_at: float | None = None
-        self._samples: deque[tuple[float, int]] = deque()
+        self._tier: SleepTier | None = None
+        if engine_sleep is not None and policy.sleep_s is not None:
+            self._tier = SleepTier(engine_sleep, self._sleep_changed, self._sleep_failed)
+        self._ready = ReadySet(provider, self._tier, self._signals, self._starts, clock)
+        self.on_ready_change: list[ReadyListener] = self._ready.on_change
+        self.on_sleep_change: list[Callable[[int], None]] = self._ready.on_sleep_change
+        self._growth = Growth(backend, provider, self._weights, self._starts)
+        self.on_start_failed: list[Callable[[ColdStartFailed], None]] = self._growth.on_failed
         self._decision: Decision | None = None
-        self._episode: _Episode | None = None
-        self._growing = False
-        self._failure: tuple[BaseException, float] | None = None  # (cause, when)
         self._tg: TaskGroup | None = None
         self._events: MemoryObjectSendStream[ReplicaEvent] | None = None
         self._finished: anyio.Event | None = None
@@ -202,10 +156,7 @@ class ColdStartManager:
         self._events = send
         self._provider.on_change.append(self._on_replica_event)
         await self._provider.start(task_group)
-        if self._stager is not None:
-            await self._stager.open()
-            if self._pin:
-                self._stager.pin(self._model)
+        await self._weights.open()
         self._finished = anyio.Event()
         await task_group.start(self._run, receive)
 
@@ -220,9 +171,7 @@ class ColdStartManager:
         if self._events is not None:
             self._events.close()
         await self._provider.close()
-        if self._episode is not None:
-            self._settle_failed(self._episode, RuntimeError("the manager was closed"), "closed")
-        self._timeline.finish_backend(self.backend)
+        self._starts.close()
 
     async def _run(
         self,
@@ -234,9 +183,9 @@ class ColdStartManager:
         try:
             async with events, anyio.create_task_group() as self._tg:
                 self._tg.start_soon(self._take_events, events)
-                if self._pin and self._stager is not None:
-                    self._tg.start_soon(self._prestage)
-                self._refresh_ready()
+                if self._weights.pinned:
+                    self._tg.start_soon(self._weights.prestage)
+                self._ready.refresh()
                 self.tick(trigger="startup")
                 self._tg.start_soon(self._control_loop)
                 task_status.started()
@@ -247,50 +196,61 @@ class ColdStartManager:
 
     def activate(self) -> ColdStartHandle | None:
         now = self._clock()
-        self._last_request_at = now
-        if self._ready:
+        self._signals.request_arrived(now)
+        if self._ready.replicas:
             return None
         if self._tg is None or self._closed:
-            raise ColdStartFailed(self.backend, RuntimeError("not running"), self._retry_s)
-        if self._failure is not None and now - self._failure[1] < self._retry_s:
-            raise ColdStartFailed(self.backend, self._failure[0], self._retry_s)
-        episode = self._episode or self._open_episode("request")
-        if not episode.request_seen:
-            episode.request_seen = True
-            self._timeline.mark(episode.id, "request_arrived")
-        if not self._growing and self._provider.starting() == 0:
-            arrival = (now, self._demand() + 1)  # the caller is not queued yet
-            self._apply(desired_replicas(self._scale_snapshot(now, arrival), self._policy))
-        return ColdStartHandle(episode, self._timeline)
+            raise self._starts.error(RuntimeError("not running"))
+        if (cause := self._starts.recent_failure(now)) is not None:
+            raise self._starts.error(cause)
+        episode = self._starts.current or self._starts.open("request", self._next_kind())
+        handle = self._starts.waiter(episode)
+        if not self._growth.running and self._provider.starting() == 0 and not self._ready.waking():
+            arrival = (now, self._signals.demand() + 1)  # the caller is not queued yet
+            snapshot = self._scale_snapshot(now, arrival)
+            self._apply(desired_replicas(snapshot, self._policy))
+        return handle
+
+    def prewarm(self, replicas: int, hold_s: float) -> Decision:
+        """Keeps at least `replicas` (within max_replicas) for `hold_s`, starting them now."""
+        now = self._clock()
+        self._signals.prewarm(replicas, now + hold_s, now)
+        return self.tick(trigger="prewarm")
 
     def ready(self) -> list[Replica]:
-        return list(self._ready)
+        return list(self._ready.replicas)
 
     def expected_cold_start_s(self) -> float:
-        """Seconds until a replica should be ready (0 when one is): for the scheduler."""
-        if self._ready:
-            return 0.0
-        elapsed = self._clock() - self._episode.started_at if self._episode else 0.0
-        return max(0.0, self._estimate_s - elapsed)
+        """Seconds until a replica should be ready: for the scheduler (0 when one is, or
+        while no start has been measured)."""
+        return 0.0 if self._ready.replicas else self.start_remaining_s() or 0.0
+
+    def start_estimate_s(self) -> float | None:
+        """How long a start takes, learned from this backend's own (None: none measured)."""
+        return self._starts.estimate_s(self._next_kind)
+
+    def start_remaining_s(self) -> float | None:
+        """The estimate less what the start under way has taken (None: none measured)."""
+        return self._starts.remaining_s(self._next_kind)
 
     def snapshot(self) -> ManagerSnapshot:
         decision = self._decision
         now = self._clock()
-        failure = None
-        if self._failure is not None and now - self._failure[1] < self._retry_s:
-            failure = f"{type(self._failure[0]).__name__}: {self._failure[0]}"
+        cause = self._starts.recent_failure(now)
         return ManagerSnapshot(
             self.backend,
-            len(self._ready),
+            len(self._ready.replicas),
             self._provider.starting(),
-            len(self._stopping),
+            len(self._ready.stopping),
             decision.desired if decision else 0,
             decision.target if decision else 0,
-            sum(w.in_flight for w in self._load().values()),
+            self._signals.in_flight(),
             decision.panicking(now, self._policy) if decision else False,
             decision.reason if decision else "",
-            self._episode is not None,
-            failure,
+            self._starts.current is not None,
+            None if cause is None else f"{type(cause).__name__}: {cause}",
+            floor=held_floor(self._signals.floors(now), now),
+            asleep=self._ready.in_tier(),
         )
 
     # -- the control loop ----------------------------------------------------------------
@@ -298,30 +258,14 @@ class ColdStartManager:
     def tick(self, trigger: str = "autoscaler") -> Decision:
         """One decision: sample demand, decide, apply. The loop calls it every `tick_s`."""
         now = self._clock()
-        self._refresh_ready()
-        busy = self._note_activity(now)
-        demand = self._demand()
-        self._samples.append((now, demand))
-        horizon = now - self._policy.stable_window_s
-        while self._samples[0][0] < horizon:
-            self._samples.popleft()
+        self._ready.refresh()
+        in_use = self._signals.sample(now, self._policy.stable_window_s)
         decision = desired_replicas(self._scale_snapshot(now), self._policy)
         self._apply(decision, trigger)
-        if self._stager is not None and (demand or busy):
-            self._stager.touch(self._model)  # in use: last in line for eviction
-        self._timeline.expire()
+        if in_use:
+            self._weights.touch()  # in use: last in line for eviction
+        self._starts.expire()
         return decision
-
-    def _note_activity(self, now: float) -> bool:
-        """Marks replicas that had work since the last tick as active now; True if any."""
-        busy = False
-        for replica_id, work in self._load().items():
-            if work.in_flight or work.served != self._served.get(replica_id, 0):
-                busy = True
-                if replica_id in self._last_active:
-                    self._last_active[replica_id] = now
-            self._served[replica_id] = work.served
-        return busy
 
     async def _control_loop(self) -> None:
         while True:
@@ -331,107 +275,51 @@ class ColdStartManager:
             except Exception:
                 log.exception("%s: autoscaler tick failed", self.backend)
 
-    def _scale_snapshot(
-        self, now: float, arrival: tuple[float, int] | None = None
-    ) -> ScaleSnapshot:
-        samples = (*self._samples, arrival) if arrival else tuple(self._samples)
-        return ScaleSnapshot(
+    def _scale_snapshot(self, now: float, arrival: Sample | None = None) -> ScaleSnapshot:
+        return self._signals.snapshot(
             now,
-            tuple(replica.id for replica in self._ready),
-            self._provider.starting(),
-            samples,
-            {replica_id: work.in_flight for replica_id, work in self._load().items()},
-            dict(self._last_active),
-            self._last_request_at,
-            self._decision.panic_at if self._decision else None,
-            self._capacity(),
+            ready=tuple(replica.id for replica in self._ready.replicas),
+            starting=self._provider.starting() + self._ready.waking(),  # a wake: a short start
+            asleep=self._ready.asleep(),
+            last_panic_at=self._decision.panic_at if self._decision else None,
+            arrival=arrival,
         )
 
     def _apply(self, decision: Decision, trigger: str = "request") -> None:
         self._decision = decision
-        if decision.target > len(self._ready) + self._provider.starting():
+        for replica_id in decision.wake:
+            self._begin_wake(replica_id, trigger)
+        asleep = self._ready.in_tier()
+        if decision.target > len(self._ready.replicas) + self._provider.starting() + asleep:
             self._grow(decision.target, trigger)
+        for replica_id in decision.sleep:
+            self._begin_sleep(replica_id)
         for replica_id in decision.stop:
             self._begin_stop(replica_id)
 
     # -- growth --------------------------------------------------------------------------
 
     def _grow(self, target: int, trigger: str) -> None:
-        if self._growing or self._closed or self._tg is None:
+        if self._growth.running or self._closed or self._tg is None:
             return  # one growth at a time; the next tick asks again if more is needed
-        if self._failure is not None and self._clock() - self._failure[1] < self._retry_s:
+        if self._starts.recent_failure(self._clock()) is not None:
             return
-        self._growing = True
-        episode = self._episode
-        if episode is None and not self._ready:
-            episode = self._open_episode(trigger)
-        self._tg.start_soon(self._grow_to, target, episode)
-
-    async def _grow_to(self, target: int, episode: _Episode | None) -> None:
-        try:
-            await self._ensure_weights(episode)
-            live = len(self._provider.ready()) + self._provider.starting()
-            if target > live:  # never lower: ensure() would stop replicas still loading
-                await self._provider.ensure(target)
-        except Exception as exc:
-            self._start_failed(exc, episode)
-        else:
-            self._failure = None
-        finally:
-            self._growing = False
-
-    async def _ensure_weights(self, episode: _Episode | None) -> None:
-        if self._stager is None:
-            return
-        if self._stager.is_staged(self._model):
-            self._stager.touch(self._model)
-            return
-        if episode is not None:
-            self._timeline.mark(episode.id, "staging_begun")
-        await self._stager.stage(self._model, self._weights_uri)
-        if episode is not None:
-            self._timeline.mark(episode.id, "staging_done")
-
-    async def _prestage(self) -> None:
-        try:
-            await self._ensure_weights(None)
-        except Exception as exc:  # the first request tries again, and reports it
-            log.warning("%s: staging pinned weights at start failed: %s", self.backend, exc)
-
-    def _open_episode(self, trigger: str) -> _Episode:
-        start_id = self._timeline.begin(self.backend, self._model, trigger)
-        self._episode = _Episode(start_id, self._clock())
-        return self._episode
-
-    def _start_failed(self, exc: Exception, episode: _Episode | None) -> None:
-        self._failure = (exc, self._clock())
-        log.warning("%s: start failed: %s: %s", self.backend, type(exc).__name__, exc)
-        held = self._episode
-        if held is not None and (held is episode or not self._provider.starting()):
-            failure = self._settle_failed(held, exc, "failed")
-            for listener in self.on_start_failed:
-                _safely(listener, failure)
-
-    def _settle_failed(
-        self, episode: _Episode, cause: BaseException, outcome: Outcome
-    ) -> ColdStartFailed:
-        """Ends a cold start that will not get a replica: its waiters get the error."""
-        self._episode = None
-        episode.failure = ColdStartFailed(self.backend, cause, self._retry_s)
-        episode.settled.set()
-        self._timeline.finish(episode.id, outcome, str(cause))
-        return episode.failure
+        episode = self._starts.current
+        if episode is None and not self._ready.replicas:
+            episode = self._starts.open(trigger)  # growth from zero: a cold start
+        self._growth.begin(self._tg, target, episode)
 
     # -- scale-down ----------------------------------------------------------------------
 
     def _begin_stop(self, replica_id: str) -> None:
         """Takes the replica out of the ready set now, then stops it in a task."""
-        work = self._load().get(replica_id)
-        busy = work is not None and work.in_flight > 0
-        if busy or replica_id in self._stopping or self._tg is None:
+        busy = self._signals.busy(replica_id)
+        if busy or replica_id in self._ready.stopping or self._tg is None:
             return
-        self._stopping.add(replica_id)
-        self._refresh_ready()
+        if self._ready.mid_call(replica_id):
+            return  # mid-call on its engine: the next tick asks again
+        self._ready.stopping.add(replica_id)
+        self._ready.refresh()
         self._tg.start_soon(self._stop, replica_id)
 
     async def _stop(self, replica_id: str) -> None:
@@ -440,12 +328,13 @@ class ColdStartManager:
         except Exception as exc:
             log.warning("%s: stopping %s failed: %s", self.backend, replica_id, exc)
         finally:
-            self._stopping.discard(replica_id)
-            self._refresh_ready()
-        if self._episode is not None and not self._closed:
+            self._ready.stopping.discard(replica_id)
+            self._ready.forget_sleeper(replica_id)
+            self._ready.refresh()
+        if self._starts.current is not None and not self._closed:
             self.tick()  # a request came while the last replica went: start one now
 
-    # -- the ready set -------------------------------------------------------------------
+    # -- provider events -----------------------------------------------------------------
 
     def _on_replica_event(self, event: ReplicaEvent) -> None:
         if self._events is not None:
@@ -453,51 +342,44 @@ class ColdStartManager:
 
     async def _take_events(self, events: MemoryObjectReceiveStream[ReplicaEvent]) -> None:
         async for event in events:
-            episode = self._episode
-            if episode is not None:
-                if event.phase == "process_started" or _grew(event):
-                    self._timeline.mark(episode.id, "process_started")
-                elif event.phase == "crashed":
-                    self._timeline.mark(episode.id, "crashed")
-            self._refresh_ready()
+            self._ready.replica_event(event)
 
-    def _refresh_ready(self) -> None:
-        ready = [r for r in self._provider.ready() if r.id not in self._stopping]
-        if ready == self._ready:
+    # -- the sleep tier ------------------------------------------------------------------
+
+    def _next_kind(self) -> Kind:
+        """What a request finding nothing ready now waits for: a wake when a replica
+        sleeps and none starts, else a start."""
+        return "wake" if self._ready.asleep() and not self._provider.starting() else "start"
+
+    def _begin_sleep(self, replica_id: str) -> None:
+        """Takes the idle replica out of the ready set now, then sleeps it in a task."""
+        busy = self._signals.busy(replica_id)
+        replica = self._ready.find(replica_id)
+        if self._tier is None or self._tg is None or replica is None or busy:
             return
-        now = self._clock()
-        ids = {replica.id for replica in ready}
-        for replica_id in [r for r in self._last_active if r not in ids]:
-            del self._last_active[replica_id]
-            self._served.pop(replica_id, None)
-        for replica_id in ids:
-            self._last_active.setdefault(replica_id, now)  # just ready: counts as active
-        self._ready = ready
-        if ready and self._episode is not None:
-            self._episode_ready(self._episode, now)
-        for listener in self.on_ready_change:
-            _safely(listener, list(ready))
+        last = self._signals.last_active(replica_id, self._clock())
+        self._tier.sleep(self._tg, replica, last)  # -> _sleep_changed: leaves ready
 
-    def _episode_ready(self, episode: _Episode, now: float) -> None:
-        self._episode = None
-        self._failure = None
-        episode.ready_at = now
-        episode.settled.set()
-        self._timeline.mark(episode.id, "ready")
-        took = now - episode.started_at
-        self._estimate_s = 0.5 * self._estimate_s + 0.5 * took
+    def _begin_wake(self, replica_id: str, trigger: str) -> None:
+        if self._tier is None or self._tg is None or self._closed:
+            return
+        episode = self._starts.current
+        if episode is None and not self._ready.replicas:
+            episode = self._starts.open(trigger, "wake")
+        if episode is not None and episode.kind == "wake":
+            self._starts.mark(episode, "wake_begun")
+        self._tier.wake(self._tg, replica_id)
 
+    def _sleep_changed(self) -> None:
+        self._ready.tier_changed()
 
-def _grew(event: ReplicaEvent) -> bool:
-    """A Kubernetes "scaled" event that raised the count ("0->1")."""
-    if event.phase != "scaled":
-        return False
-    before, _, after = event.detail.partition("->")
-    return before.isdigit() and after.isdigit() and int(after) > int(before)
-
-
-def _safely(listener: Callable[..., None], *args: object) -> None:
-    try:
-        listener(*args)
-    except Exception:
-        log.exception("cold-start listener %r failed", listener)
+    def _sleep_failed(self, replica_id: str, action: str, exc: Exception) -> None:
+        """The engine's state is unknown: the replica is stopped (it was idle, or wanted
+        awake: then a start replaces it). A refused sleep (`refused`: the endpoint is not
+        there) turns the tier off: an engine started without sleep mode refuses every time."""
+        log.warning("%s: %s of %s failed: %s", self.backend, action, replica_id, exc)
+        if action == "sleep" and getattr(exc, "refused", False):
+            log.error("%s: sleep refused, scaling without the sleep tier", self.backend)
+            self._policy = replace(self._policy, sleep_s=None)
+        self._starts.mark(self._starts.current, "crashed")
+        self._begin_stop(replica_id)

@@ -6,6 +6,11 @@ at startup, or on the autoscaler's word) and is recorded as events with wall-clo
     request_arrived ─► staging_begun ─► staging_done ─► process_started ─► ready ─► first_byte
                        (only when the weights were not staged yet)   (crashed: a failed try)
 
+A wake (an asleep replica's engine woken, `kind: "wake"`; see `warmpool.sleep`) has its
+own shorter line, no process being started:
+
+    request_arrived ─► wake_begun ─► ready ─► first_byte
+
 The cold-start manager marks all of them but `first_byte`, which the gateway marks when
 the first answer's first byte leaves for a client that waited. A start that no request
 waits for ends at `ready`; one that fails ends at once; one whose waiting requests never
@@ -17,8 +22,12 @@ store, for the cold-start report) and split into phases for the `TimelineMetrics
 
     staging     staging_begun → staging_done
     loading     the last process_started before ready → ready (weights load + probe)
+    wake        wake_begun → ready (the engine's /wake_up, and the gateway seeing it)
     first_byte  ready → first_byte
     total       the first event → first_byte (or ready, when no request waited)
+
+The metrics hook gets a wake's phases as `wake`, `wake_first_byte` and `wake_total`, and
+no `on_cold_start`: a start's series stay starts only.
 
 Sinks and hooks run inline on the event loop: they must not block (post to a stream).
 An exception in one is logged and does not reach the cold start.
@@ -46,9 +55,10 @@ Event = Literal[
     "ready",
     "first_byte",
     "crashed",
+    "wake_begun",
 ]
 Outcome = Literal["served", "ready", "failed", "no_first_byte", "closed"]
-PHASES = ("staging", "loading", "first_byte", "total")
+PHASES = ("staging", "loading", "wake", "first_byte", "total")
 
 
 @dataclass(frozen=True)
@@ -56,12 +66,13 @@ class ColdStartRecord:
     id: str
     backend: str
     model: str
-    trigger: str  # "request", "startup" or "autoscaler"
+    trigger: str  # "request", "startup", "autoscaler" or "prewarm"
     outcome: Outcome
     events: tuple[tuple[str, float], ...]  # (event, unix time), in the order they happened
     phases: Mapping[str, float]  # seconds, for the phases whose ends were both seen
     detail: str = ""  # why it failed, for "failed"
     begun_at: float | None = None  # unix time of `begin` (a start may fail before any event)
+    kind: str = "start"  # or "wake": an asleep replica woken, no process started
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -74,6 +85,7 @@ class ColdStartRecord:
             "phases": dict(self.phases),
             "detail": self.detail,
             "begun_at": self.begun_at,
+            "kind": self.kind,
         }
 
 
@@ -97,6 +109,8 @@ def phase_durations(events: Sequence[tuple[str, float]]) -> dict[str, float]:
     if "staging_begun" in first and "staging_done" in first:
         phases["staging"] = first["staging_done"] - first["staging_begun"]
     ready = first.get("ready")
+    if ready is not None and "wake_begun" in first:
+        phases["wake"] = ready - first["wake_begun"]
     if ready is not None:
         launches = [at for name, at in events if name == "process_started" and at <= ready]
         if launches:  # a crashed try before it is part of the total, not of the load time
@@ -117,6 +131,7 @@ class _Open:
     model: str
     trigger: str
     begun_at: float
+    kind: str = "start"
     events: list[tuple[str, float]] = field(default_factory=list)
 
     def has(self, event: str) -> bool:
@@ -142,10 +157,10 @@ class ColdStartTimeline:
         self._numbers = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:8]  # ids stay distinct across gateway replicas
 
-    def begin(self, backend: str, model: str, trigger: str) -> str:
+    def begin(self, backend: str, model: str, trigger: str, kind: str = "start") -> str:
         start_id = f"{backend}-{self._prefix}-{next(self._numbers)}"
-        self._open[start_id] = _Open(start_id, backend, model, trigger, self._clock())
-        if self._metrics is not None:
+        self._open[start_id] = _Open(start_id, backend, model, trigger, self._clock(), kind)
+        if self._metrics is not None and kind == "start":
             _safely(self._metrics.on_cold_start, backend)
         return start_id
 
@@ -183,10 +198,12 @@ class ColdStartTimeline:
             phases,
             detail,
             timeline.begun_at,
+            timeline.kind,
         )
         if self._metrics is not None:
             for phase, seconds in phases.items():
-                _safely(self._metrics.on_phase, record.backend, phase, seconds)
+                name = phase if record.kind == "start" or phase == "wake" else f"wake_{phase}"
+                _safely(self._metrics.on_phase, record.backend, name, seconds)
         if self._sink is not None:
             _safely(self._sink.write, record)
         return record

@@ -1,4 +1,5 @@
-"""The admin API (`/admin/...`): tenants, their keys, usage, cache and reports, for operators.
+"""The admin API (`/admin/...`): tenants, their keys, usage, cache, reports and backend
+pre-warming, for operators.
 
 Every route needs an admin key (gateway/tenancy/auth.py: tenant keys get 403, no or unknown key
 401; with no admin key configured the API answers 404). Bodies are JSON, validated by the
@@ -12,11 +13,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
-import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,10 +26,13 @@ from cache.entry import is_entry_id
 from cache.semantic import AnswerCache
 from cache.store import CacheUnavailable
 from gateway.accesslog import AccessLog
+from gateway.admin.backends import Prewarmer
+from gateway.admin.bodies import bad_request, parse_body
 from gateway.admin.models import (
     DURATION,
     ISO_TIME,
     BackendList,
+    BackendWarmed,
     BudgetUsage,
     CacheEntryDeleted,
     CacheFlushed,
@@ -45,6 +48,7 @@ from gateway.admin.models import (
     TenantList,
     TenantPatch,
     TenantUsage,
+    WarmOrder,
 )
 from gateway.admin.reports import (
     QueryError,
@@ -55,7 +59,6 @@ from gateway.admin.reports import (
 )
 from gateway.errors import (
     BadRequest,
-    BodyTooLarge,
     CacheEntryNotFound,
     GatewayError,
     StateUnavailable,
@@ -70,9 +73,7 @@ from gateway.tenancy.state import StateStore, StateStoreError
 from gateway.tenancy.tenant_store import TenantDirectory
 from gateway.tenancy.tenants import Source
 
-MAX_BODY_BYTES = 64 * 1024
 _NULLABLE = frozenset({"cache_group", "cache_error_bound"})  # null sets these to "none"
-_Model = TypeVar("_Model", bound=BaseModel)
 Answer = tuple[int, BaseModel]
 _SPAN = (re.compile(DURATION),)
 _MOMENT = (*_SPAN, re.compile(ISO_TIME))
@@ -109,6 +110,9 @@ class AdminApi:
     reports: ReportSource  # gateway.admin.reports.build_report, with the settings bound
     backends: Callable[[], list[dict[str, Any]]] = list  # each backend's capacity view
     on_entry_deleted: Callable[[str], None] = lambda tenant: None  # counts it (metrics)
+    prewarm: Callable[[str, WarmOrder], BackendWarmed] = field(  # gateway/admin/backends.py
+        default_factory=lambda: Prewarmer({}, {})
+    )
 
     async def handle(
         self, request: Request, action: Callable[[Request], Awaitable[Answer]]
@@ -142,7 +146,7 @@ class AdminApi:
         return 200, TenantList(data=data)
 
     async def create_tenant(self, request: Request) -> Answer:
-        profile = await _parse(request, TenantCreate)
+        profile = await parse_body(request, TenantCreate)
         await self.directory.refresh()
         if self.directory.catalog.find(profile.name) is not None:
             raise Conflict(
@@ -158,7 +162,7 @@ class AdminApi:
         return 200, self._info_of(name)
 
     async def update_tenant(self, request: Request) -> Answer:
-        patch = await _parse(request, TenantPatch)
+        patch = await parse_body(request, TenantPatch)
         name = await self._tenant_name(request)
         current = self.directory.catalog.tenant(name).model_dump(exclude={"keys"})
         given = patch.model_dump(exclude_unset=True, exclude={"quotas"})
@@ -170,7 +174,7 @@ class AdminApi:
         try:
             updated = TenantProfile.model_validate({**current, **changes})
         except ValidationError as exc:
-            raise _bad_request(exc) from exc
+            raise bad_request(exc) from exc
         await self.directory.save(updated)
         return 200, self._info_of(name)
 
@@ -265,6 +269,10 @@ class AdminApi:
     async def list_backends(self, request: Request) -> Answer:
         return 200, BackendList(data=self.backends())
 
+    async def warm_backend(self, request: Request) -> Answer:
+        order = await parse_body(request, WarmOrder, empty=b"{}")
+        return 202, self.prewarm(str(request.path_params["name"]), order)
+
     # --- reports -----------------------------------------------------------------------
 
     async def cache_report(self, request: Request) -> Answer:
@@ -332,6 +340,7 @@ ROUTES: list[tuple[str, str, Callable[[AdminApi, Request], Awaitable[Answer]]]] 
     ("/admin/tenants/{name}/cache/flush", "POST", AdminApi.flush_cache),
     ("/admin/cache/entries/{entry_id}", "DELETE", AdminApi.delete_cache_entry),
     ("/admin/backends", "GET", AdminApi.list_backends),
+    ("/admin/backends/{name}/warm", "POST", AdminApi.warm_backend),
     ("/admin/reports/cache", "GET", AdminApi.cache_report),
     ("/admin/reports/cold-start", "GET", AdminApi.cold_start_report),
 ]
@@ -373,40 +382,3 @@ def _as_error(exc: Exception, request_id: str) -> GatewayError:
     if isinstance(exc, CacheUnavailable):
         return StateUnavailable("The cache store is unreachable; try again shortly.", retry_after=1)
     return as_error(exc, request_id)
-
-
-async def _parse(request: Request, model: type[_Model]) -> _Model:
-    raw = b""
-    async for part in request.stream():
-        raw += part
-        if len(raw) > MAX_BODY_BYTES:
-            raise BodyTooLarge(f"The request body exceeds {MAX_BODY_BYTES} bytes.")
-    try:
-        data = orjson.loads(raw or b"null")
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"We could not parse the JSON body of your request: {exc}") from exc
-    try:
-        # Strict: a JSON string is not a number or a boolean, as the schema says; but 2.0
-        # is an integer in JSON Schema, so integral numbers are taken as integers.
-        return model.model_validate(_integral(data), strict=True)
-    except ValidationError as exc:
-        raise _bad_request(exc) from exc
-
-
-def _integral(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_integral(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _integral(item) for key, item in value.items()}
-    return value
-
-
-def _bad_request(exc: ValidationError) -> BadRequest:
-    error = exc.errors(include_url=False)[0]
-    param = ".".join(str(part) for part in error["loc"]) or None
-    if error["type"] == "missing":
-        return BadRequest(f"Missing required parameter: '{param}'.", param=param)
-    where = f" for '{param}'" if param else ""
-    return BadRequest(f"Invalid value{where}: {error['msg']}.", param=param)

@@ -146,6 +146,28 @@ class BackendList(_Out):
     data: list[dict[str, Any]]
 
 
+class WarmOrder(BaseModel):
+    """`POST /admin/backends/{name}/warm`: keep at least `replicas` ready for `hold_s` seconds
+    from now (default: the backend's `scaling.idle_s`), starting them now; an empty body is
+    `{}`."""
+
+    model_config = ConfigDict(extra="forbid")
+    replicas: int = Field(default=1, ge=1, le=1024)
+    hold_s: float | None = Field(default=None, gt=0, le=7 * 86400)
+
+
+class BackendWarmed(_Out):
+    object: Literal["backend.warm"] = "backend.warm"
+    backend: str
+    replicas: int  # the floor now held
+    hold_s: float
+    until: float  # unix seconds when the floor lapses; then the idle rules apply again
+    ready: int  # replicas ready now
+    target: int  # replicas the manager is bringing the backend to
+    reason: str  # the scaling decision, as in GET /admin/backends
+    failure: str | None  # the last start failed: none is started until its retry delay ends
+
+
 class ErrorDetail(_Out):
     message: str
     type: str

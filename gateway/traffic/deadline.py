@@ -65,3 +65,44 @@ def deadline_s(headers: Mapping[str, str], default_s: float, max_s: float) -> fl
         if 0 < asked < math.inf:
             return min(asked, max_s)
     return default_s
+
+
+def held_deadline_s(
+    headers: Mapping[str, str],
+    default_s: float,
+    max_s: float,
+    start_remaining_s: float | None,
+    margin: float,
+    *,
+    streamed: bool,
+) -> float:
+    """The deadline of a request held for a start (no replica ready), in seconds.
+
+    `x-request-timeout` is the client's whole-request deadline: as asked, at most `max_s`.
+    Without it the default grows to cover the start, `start_remaining_s` (None: no start
+    measured yet) times `margin`, within `max_s`. The SDKs' headers are read timeouts (the
+    longest silence they bear): they bound a held non-streamed request, which sends nothing
+    until its answer; a held stream is sent keep-alives (gateway/held.py), so they cannot
+    time out on it, and it gets the longer of what they say and the default.
+    """
+    asked = _asked_s(headers, _TIMEOUT_HEADERS[:1])
+    if asked is not None:
+        return min(asked, max_s)
+    if start_remaining_s is not None:
+        default_s = max(default_s, min(start_remaining_s * margin, max_s))
+    read = _asked_s(headers, _TIMEOUT_HEADERS[1:])
+    if read is None:
+        return default_s
+    return max(min(read, max_s), default_s) if streamed else min(read, max_s)
+
+
+def _asked_s(headers: Mapping[str, str], names: tuple[str, ...]) -> float | None:
+    """The first of `names` holding a usable number of seconds."""
+    for header in names:
+        try:
+            asked = float(headers.get(header, "nan"))
+        except ValueError:
+            continue
+        if 0 < asked < math.inf:
+            return asked
+    return None

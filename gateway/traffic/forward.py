@@ -31,7 +31,13 @@ from gateway.errors import (
 from gateway.metrics import Metrics
 from gateway.traffic.breaker import counts_as_failure
 from gateway.traffic.replica_set import ReplicaHandle
-from gateway.traffic.retry import AttemptOutcome, is_retryable, parse_retry_after, should_retry
+from gateway.traffic.retry import (
+    AttemptOutcome,
+    RetryBudget,
+    is_retryable,
+    parse_retry_after,
+    should_retry,
+)
 
 if TYPE_CHECKING:
     from gateway.traffic.pool import Lease
@@ -54,6 +60,7 @@ async def forward(
     *,
     streamed: bool = False,
     rng: Callable[[], float] = random.random,
+    budget: RetryBudget | None = None,
 ) -> UpstreamResponse:
     """The upstream's answer (headers arrived and, for a 200 stream, its first bytes; body
     unread), served by `lease.replica`, after at most the policy's attempts.
@@ -62,18 +69,24 @@ async def forward(
     the answer; the caller relays or maps it. Failures without an answer raise. All of it
     ends by the deadline's `answer_by`: past it the attempt in flight is cancelled, its
     connection closed, and `DeadlineExceeded` (504) raised.
+
+    `budget`: the retry budget of the pool the request came to, when this pool answers it
+    in that one's place (a fallback model, gateway/fallback.py): it is no new request, so
+    nothing is deposited, and its retries spend from that budget.
     """
     pool = lease.pool
     lease.sent_at = time.perf_counter()
     lease.streamed = streamed
     if pool.engine_priority:
         body = with_priority(body, lease.slot.rank)
-    pool.budget.on_request()
+    if budget is None:
+        budget = pool.budget
+        budget.on_request()
     answer_by = lease.deadline.answer_by()
     scope = asyncio.timeout(max(0.0, answer_by - time.monotonic()))
     try:
         async with scope:
-            return await _attempts(lease, path, body, request_id, answer_by, rng, streamed)
+            return await _attempts(lease, path, body, request_id, answer_by, rng, streamed, budget)
     except TimeoutError as exc:
         if not scope.expired():
             raise
@@ -92,6 +105,7 @@ async def _attempts(
     answer_by: float,
     rng: Callable[[], float],
     streamed: bool,
+    budget: RetryBudget,
 ) -> UpstreamResponse:
     pool = lease.pool
     headers = {"content-type": "application/json", "x-request-id": request_id}
@@ -116,7 +130,7 @@ async def _attempts(
         decision = should_retry(
             attempt, outcome, retry_after, answer_by - time.monotonic(), rng=rng, policy=pool.retry
         )
-        if not decision.retry or not pool.budget.try_spend():
+        if not decision.retry or not budget.try_spend():
             if upstream is not None:
                 return upstream
             lease.leave_replica()

@@ -20,8 +20,9 @@ each replica's engine metrics when its backend declares an engine, updates each 
 resizes the queue. With `mode: fixed` the sum is `max_concurrency` per ready replica.
 
 Errors are typed: `Overloaded` when the queue sheds the request, `BackendUnavailable` when
-no replica can take it (cold start failed, circuit open), `DeadlineExceeded` when the
-client's deadline passes before the upstream's first byte.
+no replica can take it (cold start failed, circuit open), `StartTooSlow` when the learned
+start time alone outlasts its deadline, `DeadlineExceeded` when the client's deadline
+passes before the upstream's first byte.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 import anyio
 
 from backends.providers.replicas import Replica
-from gateway.errors import BackendUnavailable, Overloaded
+from gateway.errors import BackendUnavailable, Overloaded, StartTooSlow
 from gateway.metrics import Metrics
 from gateway.traffic.deadline import Deadline
 from gateway.traffic.engine_metrics import EngineSample
@@ -170,8 +171,14 @@ class Pool:
             "in_flight": snap.in_flight,
             "queued": sum(snap.depth.values()),
             "desired_replicas": round(self.desired_replicas(), 3),
+            "start_estimate_s": self._start_estimate_s(),
             "replicas": replicas,
         }
+
+    def _start_estimate_s(self) -> float | None:
+        """The learned start time (None: the backend does not scale, or none measured)."""
+        estimate = self.manager.start_estimate_s() if self.manager is not None else None
+        return None if estimate is None else round(estimate, 3)
 
     async def tune(self, scrape: Scraper) -> None:
         """One control tick: read the engines' metrics, update every replica's limit,
@@ -221,6 +228,8 @@ class Pool:
         """A lease on the backend once the fair queue dispatches the request, starting a
         replica first if none is ready (the request then waits in the queue)."""
         cold = self._activate()
+        if cold is not None:
+            self._hold(deadline)
         queued = time.perf_counter()
         slot = await self._take_slot(request, deadline)
         cold_wait_s = time.perf_counter() - queued if cold is not None else None
@@ -234,6 +243,20 @@ class Pool:
             return self.manager.activate()
         except ColdStartFailed as exc:
             raise self._unstartable(exc) from exc
+
+    def _hold(self, deadline: Deadline) -> None:
+        """A request that will wait for a start: refused at once when the start alone would
+        outlast its deadline (the start goes on, and `Retry-After` says when it should be
+        over); else the queue counts its wait from what is left of the start."""
+        assert self.manager is not None
+        remaining = self.manager.start_remaining_s()
+        if remaining is not None and remaining > deadline.answer_by() - time.monotonic():
+            raise StartTooSlow(
+                f"The backend '{self.name}' is starting and should be ready in about "
+                f"{math.ceil(remaining)} s, after this request's deadline; retry then.",
+                retry_after=max(1, math.ceil(remaining)),
+            )
+        self.scheduler.expect_capacity_in(remaining or 0.0)
 
     async def _take_slot(self, request: Admitted, deadline: Deadline) -> Slot:
         # The answer must also arrive before the deadline: dispatch no later than one

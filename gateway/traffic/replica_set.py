@@ -89,6 +89,9 @@ class ReplicaSet:
         """The replica with the most headroom (learned limit less in flight, engine queue
         and KV pressure; of equals the least busy) whose circuit is not open, preferring
         one not yet tried (a retry goes to another replica when there is one)."""
+        if len(self.handles) == 1:  # nothing to compare: once per request, kept cheap
+            (only,) = self.handles.values()
+            return None if only.open else only
         usable = [h for h in self.handles.values() if not h.open]
         fresh = [h for h in usable if h.id not in tried]
         candidates = fresh or usable

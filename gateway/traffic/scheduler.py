@@ -630,7 +630,10 @@ class FairScheduler:
             return True
         if rank != self._top_rank or self._in_flight >= self._ceiling:
             return False
-        return self._in_flight_by_rank.get(rank, 0) < self._burst(now)
+        held = self._in_flight_by_rank.get(rank, 0)
+        if held >= max(self._reserve(), self._limit_peak(now) // 2):
+            return False  # at the allowance's cap, whatever the class's recent load
+        return held < self._burst(now)
 
     def _burst(self, now: float) -> int:
         """Slots the top class may hold whatever lower classes hold: its mean concurrency

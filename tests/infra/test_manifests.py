@@ -90,9 +90,14 @@ def test_overlay_builds_on_the_base_and_every_patch_has_a_target(overlay: Path) 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_overlay_sets_a_namespace_and_every_gateway_image(overlay: Path) -> None:
-    spec = Kustomization(overlay).spec
-    assert spec.get("namespace") == "inference-gateway"
-    images = {entry["name"]: entry for entry in spec.get("images", [])}
+    kustomization = Kustomization(overlay)
+    assert kustomization.spec.get("namespace") == "inference-gateway"
+    # An overlay on another overlay (prod-vllm on prod) keeps the image mappings below it.
+    images = {
+        entry["name"]: entry
+        for directory in kustomization.reaches()
+        for entry in Kustomization(directory).spec.get("images", [])
+    }
     assert set(images) >= GATEWAY_IMAGES, f"{overlay.name} must map both gateway images"
     for name in GATEWAY_IMAGES:
         assert images[name].get("newTag") != "latest" and (

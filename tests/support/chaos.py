@@ -290,7 +290,13 @@ def _classify_stream(
 
 
 # A stream's closing error event carries the code; count it as the status it stands for.
-STREAM_ERROR_STATUS = {"bad_gateway": 502, "upstream_timeout": 504}
+STREAM_ERROR_STATUS = {
+    "bad_gateway": 502,
+    "upstream_timeout": 504,
+    # Held for a start (gateway/held.py): its start failed, or the queue dropped it.
+    "backend_unavailable": 503,
+    "overloaded": 503,
+}
 
 
 def _answer_kind(headers: httpx.Headers) -> str:

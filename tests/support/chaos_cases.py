@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
+import orjson
 
 from gateway.server import HEADERS_TIMEOUT_S
 from tests.support.chaos import (
@@ -29,6 +30,7 @@ from tests.support.chaos import (
 from tests.support.chaos_deployment import (
     KEYS,
     MAX_BODY,
+    NEVER_STARTS_MODEL,
     QUOTA_RPM,
     READ_TIMEOUT_S,
     Deployment,
@@ -40,6 +42,7 @@ Expect = frozenset[tuple[int, str | None]]  # the (status, error code) pairs all
 OK: Expect = frozenset({(200, None)})
 BAD_GATEWAY: Expect = frozenset({(502, "bad_gateway")})
 RATE_LIMITED: Expect = frozenset({(429, "rate_limit_exceeded")})
+UNSTARTABLE: Expect = frozenset({(503, "backend_unavailable")})
 
 # What each upstream fault must turn into, plain and streamed.
 FAULTS: dict[tuple[str, bool], Expect] = {
@@ -452,7 +455,42 @@ def cold_starts(d: Deployment, n: int = 8) -> list[Burst]:
     return [burst, killed, restarted]
 
 
+def held_start_fails(d: Deployment, n: int = 6) -> Burst:
+    """Streamed requests held for a start that fails (its weights cannot be staged): each
+    ends with the start's 503 `backend_unavailable` (a final event after its keep-alives),
+    none hangs; and the next one, while the failure's retry delay lasts, is refused at once."""
+    body = chat(f"{tag()} never", NEVER_STARTS_MODEL, stream=True)
+    shots = [Shot({**body, "user": str(i)}, KEYS["b"]) for i in range(n)]
+    url, headers = d.base_urls[0] + "/chat/completions", {"Authorization": f"Bearer {KEYS['b']}"}
+    watched: list[tuple[int, list[str]]] = []
+
+    async def watch() -> None:  # one more, its lines kept: keep-alives, then the error
+        async with (
+            httpx.AsyncClient(timeout=20) as client,
+            client.stream("POST", url, json=body, headers=headers) as response,
+        ):
+            watched.append((response.status_code, [line async for line in response.aiter_lines()]))
+
+    burst = run(fire("held-start-fails", d.base_urls, shots, {503}, timeout_s=20, during=watch))
+    check_each(burst, [UNSTARTABLE] * n)
+    assert burst.p99_ms() < 10_000, "a held request waited on after its start failed"
+    [(status, lines)] = watched
+    comments = [line for line in lines if line.startswith(": waiting for model")]
+    events = [line for line in lines if line.startswith("data:")]
+    assert status == 200 and comments and len(events) == 1, lines
+    assert orjson.loads(events[0][5:])["error"]["code"] == "backend_unavailable", events
+    burst.notes.append(f"{len(comments)} keep-alives before the start's error")
+    wait_logged_once(burst, d.log_paths())
+    started = time.perf_counter()
+    again = httpx.post(url, json=body, headers=headers, timeout=20)
+    assert again.status_code == 503 and again.headers["retry-after"], again.text
+    assert time.perf_counter() - started < 2.0, "refused only after a wait"
+    return burst
+
+
 def by_name() -> dict[str, Callable[..., Burst | list[Burst]]]:
+    from tests.support.chaos_sleep import sleep_cycles  # it uses this module's helpers
+
     return {
         "upstream-faults": upstream_faults,
         "upstream-killed": upstream_killed,
@@ -464,4 +502,6 @@ def by_name() -> dict[str, Callable[..., Burst | list[Burst]]]:
         "slow-clients": slow_clients,
         "disconnects": disconnects,
         "cold-starts": cold_starts,
+        "held-start-fails": held_start_fails,
+        "sleep-cycles": sleep_cycles,
     }

@@ -47,6 +47,45 @@ ON_DEMAND = on_demand_backend(
 )
 
 
+# A model server whose start always fails: its weights are staged from an S3 endpoint that
+# refuses every connection (`never_starts`), so streamed requests held for it get
+# keep-alives, then the start's error.
+NEVER_STARTS_MODEL = "never-ready"
+
+
+def never_starts(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The backend, and the staging settings whose S3 endpoint refuses connections."""
+    backend = on_demand_backend(
+        [NEVER_STARTS_MODEL], {}, name="never-starts", weights={"uri": "s3://chaos/none/"}
+    )
+    staging = {
+        "cache_dir": str(folder / "weights"),
+        "s3": {
+            "endpoint_url": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+            "access_key_id": "chaos",
+            "secret_access_key": "chaos-unused",
+        },
+    }
+    return backend, staging
+
+
+# The fake vLLM engine in sleep mode, which each gateway replica starts on demand, puts to
+# sleep when idle, wakes for requests and stops after sleep_s: the sleep tier's cycle
+# (tests/chaos/test_sleep_cycles.py). A long doze, so a burst can arrive while it dozes.
+SLEEPY = {
+    "name": "sleepy",
+    "kind": "process",
+    "command": [
+        *("{python}", "-m", "bench.fake_engine", "--port", "{port}", "--model", "sleepy-llm"),
+        *("--enable-sleep-mode", "--doze-s", "0.6", "--wake-s", "0.3", "--step-a-ms", "2"),
+    ],
+    "models": ["sleepy-llm"],
+    "engine": "vllm",
+    "sleep": True,
+    "scaling": {"idle_s": 1.0, "sleep_s": 4.0, "stable_window_s": 1.0, "panic_window_s": 0.5},
+}
+
+
 def key_hash(key: str) -> str:
     import hashlib
 
@@ -99,9 +138,13 @@ def upstream_stats(base_url: str) -> dict[str, int]:
     return dict(httpx.get(base_url.removesuffix("/v1") + "/_stats", timeout=5).json())
 
 
-def deployment_config(redis_url: str, good: str, faulty: str, prefix: str) -> dict[str, Any]:
+def deployment_config(
+    redis_url: str, good: str, faulty: str, prefix: str, folder: Path
+) -> dict[str, Any]:
     def tenant(name: str, **extra: Any) -> dict[str, Any]:
         return {"name": name, "keys": [{"sha256": key_hash(KEYS[name])}], **extra}
+
+    unstartable, staging = never_starts(folder)
 
     return {
         "state": {"url": redis_url, "prefix": prefix},
@@ -114,6 +157,7 @@ def deployment_config(redis_url: str, good: str, faulty: str, prefix: str) -> di
         "backends": [
             {"name": "good", "base_url": good, "models": ["echo"]},
             ON_DEMAND,
+            SLEEPY,
             {
                 "name": "faulty",
                 "base_url": faulty,
@@ -125,14 +169,17 @@ def deployment_config(redis_url: str, good: str, faulty: str, prefix: str) -> di
                 # what the deadline and timeouts do. Learned limits have their own tests.
                 "concurrency": {"mode": "fixed"},
             },
+            unstartable,
         ],
+        "staging": staging,
         "tenants": [
             tenant("a"),
             tenant("b"),
             tenant("q", quotas={"requests_per_minute": QUOTA_RPM, "tokens_per_minute": 100_000}),
             tenant("k", quotas={"requests_per_minute": QUOTA_RPM}),  # the replica-kill case's
         ],
-        "traffic": {"breaker": False},
+        # Keep-alives at once: a held stream's status goes out before its start can fail.
+        "traffic": {"breaker": False, "hold": {"keepalive_s": 0.05}},
     }
 
 
@@ -177,7 +224,7 @@ def deployment(folder: Path, replicas: int = 2, prefix: str = "chaos") -> Iterat
         stack.callback(good.stop)
         faulty, faulty_url = start_fake_upstream(folder)
         stack.callback(faulty.stop)
-        config = deployment_config(redis_server.url, good_url, faulty_url, prefix)
+        config = deployment_config(redis_server.url, good_url, faulty_url, prefix, folder)
         made = Deployment(folder, redis_server, good, good_url, faulty, faulty_url, config)
         stack.callback(made.close)
         # Started side by side: each spends most of its start loading MiniLM.

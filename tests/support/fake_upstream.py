@@ -5,6 +5,10 @@ misbehaves on purpose for some model names:
 
     echo            normal answers (chat, completions, embeddings), streamed word by word
     slow, slow-*    waits `x_delay` seconds (body field) before answering
+
+and, for any model, on body fields: `x_chunk_delay` (seconds between a stream's chunks);
+`"user": "fail-500"` answers HTTP 500 (after `x_delay`; `user` does not change a cache key,
+so an identical cacheable request can fail where another succeeds).
     error-500       answers HTTP 500
     busy-429        answers HTTP 429 with Retry-After: 7
     always-503      answers HTTP 503 (no Retry-After): a backend that is down
@@ -14,12 +18,13 @@ misbehaves on purpose for some model names:
     malformed-json  answers 200 with a cut JSON body; streamed, one event is not JSON
     broken-sse      streams one chunk, then half an event, and ends (no blank line, no [DONE])
 
-`GET /_last` returns the headers of the last request; `GET /_stats` counts streams that
-the client abandoned (to check that the gateway cancels upstream requests); `GET /_crash`
-kills the process at once.
+`GET /_last` returns the headers of the last request; `GET /_stats` counts requests (by
+model, and by the body's `user` when it has one) and streams that the client abandoned (to
+check that the gateway cancels upstream requests); `GET /_crash` kills the process at once.
 
-Run: python -m tests.support.fake_upstream --port PORT [--echo-delay-ms MS]
-(`--echo-delay-ms`: `echo` answers after that long, as a model would take)
+Run: python -m tests.support.fake_upstream --port PORT [--echo-delay-ms MS] [--startup-delay-s S]
+(`--echo-delay-ms`: `echo` answers after that long, as a model would take; `--startup-delay-s`:
+it listens only after that long, as a model server loading its weights)
 """
 
 from __future__ import annotations
@@ -86,6 +91,9 @@ class FakeUpstream:
         body = orjson.loads(await read_body(receive))
         counted = f"model:{body.get('model')}"
         self.stats[counted] = self.stats.get(counted, 0) + 1
+        if isinstance(body.get("user"), str):  # per caller-chosen tag (batch lines' custom_id)
+            tagged = f"user:{body['user']}"
+            self.stats[tagged] = self.stats.get(tagged, 0) + 1
         await self._post(path, body, receive, send)
 
     async def _get(self, path: str, send: Any) -> None:
@@ -109,7 +117,7 @@ class FakeUpstream:
             await asyncio.sleep(float(body.get("x_delay", 1.0)))
         elif model == "echo" and self.echo_delay_s:
             await asyncio.sleep(self.echo_delay_s)
-        if model == "error-500":
+        if model == "error-500" or body.get("user") == "fail-500":
             await send_json(
                 send, 500, {"error": {"message": "internal failure", "type": "server_error"}}
             )
@@ -151,6 +159,8 @@ class FakeUpstream:
                     await send({"type": "http.response.body", "body": half, "more_body": False})
                     return
                 await send({"type": "http.response.body", "body": event, "more_body": True})
+                if body.get("x_chunk_delay"):
+                    await asyncio.sleep(float(body["x_chunk_delay"]))
             done = b"" if model == "no-done" else b"data: [DONE]\n\n"
             await send({"type": "http.response.body", "body": done, "more_body": False})
         finally:
@@ -273,7 +283,9 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--echo-delay-ms", type=float, default=0.0)
+    parser.add_argument("--startup-delay-s", type=float, default=0.0)
     args = parser.parse_args()
+    time.sleep(args.startup_delay_s)  # a model loading: its port opens only after this
     uvicorn.run(
         FakeUpstream(args.echo_delay_ms / 1000.0),
         host=args.host,

@@ -8,6 +8,10 @@ requests answered 404 (an unknown model, or one that does not serve the endpoint
 chat request to an embedding-only model): whatever their probe said, there was never an
 answer to find, so they count as not cacheable, not as misses (see `outcome`).
 
+A request answered by an identical request's upstream call (`coalesced`, gateway/coalesce.py)
+is counted apart too: it was no lookup hit (no entry was there yet), but it saved what a hit
+saves, so its tokens count in `saved_tokens` and `saved_cost_usd`.
+
 A client's report of a bad hit (`POST /v1/cache/feedback`, recorded with cache `reported`)
 is not a request: it counts in `reported_bad_hits` (those that deleted an entry), by
 tenant and model and by namespace.
@@ -36,6 +40,8 @@ FAILED_OPEN = ("budget", "embedder_busy", "store", "error")
 
 Record = dict[str, Any]
 HIT_TIERS = frozenset({"exact", "normalized", "semantic"})
+COALESCED = "coalesced"  # answered by an identical request's upstream call
+SAVING = HIT_TIERS | {COALESCED}  # outcomes that spared the model a call
 REPORTED = "reported"  # a bad-hit report's event (gateway.pipeline.cache_feedback)
 LATENCY_EDGES_MS = [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
 SEARCH_FLOOR = DecisionSettings().similarity_floor  # no candidate is seen below it
@@ -58,6 +64,7 @@ class Tally:
     semantic_hits: int = 0
     misses: int = 0
     bypassed: int = 0
+    coalesced: int = 0
     not_cacheable: int = 0
     miss_reasons: dict[str, int] = field(default_factory=dict)  # "budget": failed open...
     saved_tokens: int = 0
@@ -71,11 +78,14 @@ class Tally:
             return
         self.requests += 1
         tier = outcome(event)
+        if tier in SAVING:
+            self.saved_tokens += int(event.get("saved_tokens") or 0)
+            self.saved_cost_usd += cost
         if tier in HIT_TIERS:
             self.hits += 1
             setattr(self, f"{tier}_hits", getattr(self, f"{tier}_hits") + 1)
-            self.saved_tokens += int(event.get("saved_tokens") or 0)
-            self.saved_cost_usd += cost
+        elif tier == COALESCED:
+            self.coalesced += 1
         elif tier == "miss":
             self.misses += 1
             reason = str(event.get("miss_reason") or "unknown")  # events from before it was kept
@@ -120,7 +130,7 @@ def cache_report(
     for event, cost in zip(events, costs, strict=True):
         total.add(event, cost)
     priced = {str(e.get("model")) for e in events if e.get("model") in pricing}
-    unpriced = {str(e.get("model")) for e in events if outcome(e) in HIT_TIERS} - priced
+    unpriced = {str(e.get("model")) for e in events if outcome(e) in SAVING} - priced
     return {
         "kind": "cache",
         "range": {"since": iso(query.start), "until": iso(query.end)},
@@ -138,7 +148,7 @@ def cache_report(
 
 def saved_cost(event: Record, pricing: Mapping[str, Price]) -> float:
     price = pricing.get(str(event.get("model")))
-    if price is None or outcome(event) not in HIT_TIERS:
+    if price is None or outcome(event) not in SAVING:
         return 0.0
     prompt = int(event.get("saved_prompt_tokens") or 0)
     completion = int(event.get("saved_completion_tokens") or 0)
@@ -159,6 +169,7 @@ def _totals(t: Tally) -> dict[str, Any]:
         "failed_open": sum(t.miss_reasons.get(r, 0) for r in FAILED_OPEN),
         "failed_open_budget": t.miss_reasons.get("budget", 0),
         "bypassed": t.bypassed,
+        "coalesced": t.coalesced,
         "not_cacheable": t.not_cacheable,
         "hit_rate": rate(t.hits, t.lookups),
         "exact_hit_rate": rate(t.exact_hits + t.normalized_hits, t.lookups),

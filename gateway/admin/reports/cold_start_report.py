@@ -6,11 +6,17 @@ Phases of one start, from its timeline's events:
     staging        staging_begun → staging_done           (weights copied to local disk)
     process_start  staging_done, else the first event → the first process_started
     weight_load    the last process_started → ready       (loading, and the readiness probe)
+    wake           wake_begun → ready                     (a wake: an asleep replica woken)
     first_byte     ready → first_byte                     (the first waiting request's answer)
 
 Time to first token is the first event → first_byte, for starts a request waited for.
-Time at zero vs warm follows the scale events: from the first one seen, until `until`
-(or now); GPU-hours saved assume one GPU per replica.
+The start estimate is the one the gateway learns (warmpool.start_estimate): the median
+time to ready of the backend's last starts in the range; it refuses requests whose
+deadline is shorter, and sets the default deadline of held requests from it.
+Wakes (timelines of `kind: "wake"`, warmpool.sleep) are counted and timed apart from
+starts: `wakes`, `wake_ttft_s`. Time at zero, asleep and warm follows the scale events:
+from the first one seen, until `until` (or now). GPU-hours saved count time at zero only
+(one GPU per replica): an asleep replica still holds its process, and its GPU's place.
 """
 
 from __future__ import annotations
@@ -23,9 +29,16 @@ from typing import Any
 from gateway.admin.reports.query import ReportQuery
 from gateway.admin.reports.stats import iso, mean, percentile
 from gateway.settings import Settings
+from warmpool.start_estimate import StartTimes, ready_seconds
 
 Record = dict[str, Any]
-PHASES = ["staging", "process_start", "weight_load", "first_byte"]
+PHASES = ["staging", "process_start", "weight_load", "wake", "first_byte"]
+# Said beside the figures wherever time asleep is reported.
+ASLEEP_NOTE = (
+    "Asleep (vLLM sleep level 1): the weights wait in host RAM (about the model's size, "
+    "per replica) and the GPU's memory is free, but the replica's process (or pod) and "
+    "its GPU stay allocated: no GPU-hours are saved while asleep, only while at zero."
+)
 MAX_STARTS = 500  # the most recent starts listed one by one
 
 
@@ -48,6 +61,8 @@ def phases_of(record: Record) -> tuple[dict[str, float], float | None]:
     begun = min((at for _, at in events), default=None)
     if "staging_begun" in first and "staging_done" in first:
         phases["staging"] = first["staging_done"] - first["staging_begun"]
+    if "wake_begun" in first and "ready" in first:
+        phases["wake"] = first["ready"] - first["wake_begun"]
     launched = first.get("process_started")
     origin = first.get("staging_done", begun)
     if launched is not None and origin is not None and origin <= launched:
@@ -73,8 +88,13 @@ class Row:
     phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     waits: list[float] = field(default_factory=list)
     shed_while_cold: int = 0
+    ready_s: list[float] = field(default_factory=list)  # each start's time to ready, in order
     at_zero_s: float = 0.0
     warm_s: float = 0.0
+    wakes: int = 0
+    failed_wakes: int = 0
+    wake_ttft: list[float] = field(default_factory=list)
+    asleep_s: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -88,7 +108,12 @@ class Row:
             "waited_requests": len(self.waits),
             "wait_s": _spread(self.waits),
             "shed_while_cold": self.shed_while_cold,
+            "start_estimate_s": _r(StartTimes(self.ready_s).estimate_s()),
+            "wakes": self.wakes,
+            "failed_wakes": self.failed_wakes,
+            "wake_ttft_s": _spread(self.wake_ttft),
             "time_at_zero_s": round(self.at_zero_s, 3),
+            "time_asleep_s": round(self.asleep_s, 3),
             "time_warm_s": round(self.warm_s, 3),
             "gpu_hours_saved": round(self.at_zero_s / 3600, 4),
         }
@@ -122,6 +147,7 @@ def cold_start_report(
         "range": {"since": iso(query.start), "until": iso(query.end)},
         "filters": {"tenant": query.tenant, "model": query.model},
         "phases": PHASES,
+        "notes": [ASLEEP_NOTE] if any(r.wakes or r.asleep_s for r in rows.values()) else [],
         "models": [rows[name].as_json() for name in sorted(rows)],
         "starts": listed[-MAX_STARTS:],
     }
@@ -170,6 +196,9 @@ def _scalable_rows(settings: Settings, wanted: set[str]) -> dict[str, Row]:
 
 
 def _add_start(row: Row, record: Record) -> None:
+    if record.get("kind") == "wake":
+        _add_wake(row, record)
+        return
     row.starts += 1
     if record.get("outcome") == "failed":
         row.failed += 1
@@ -177,8 +206,22 @@ def _add_start(row: Row, record: Record) -> None:
     phases, ttft = phases_of(record)
     for name, seconds in phases.items():
         row.phases[name].append(seconds)
+    if (ready := ready_seconds(record)) is not None:
+        row.ready_s.append(ready)
     if ttft is not None:
         row.ttft.append(ttft)
+
+
+def _add_wake(row: Row, record: Record) -> None:
+    row.wakes += 1
+    if record.get("outcome") == "failed":
+        row.failed_wakes += 1
+        return
+    phases, ttft = phases_of(record)
+    for name, seconds in phases.items():
+        row.phases[name].append(seconds)
+    if ttft is not None:
+        row.wake_ttft.append(ttft)
 
 
 def _add_request(row: Row, event: Record, query: ReportQuery) -> None:
@@ -200,28 +243,36 @@ def _add_scale_time(scale: list[Record], query: ReportQuery, row: Any, now: floa
     for backend, events in by_backend.items():
         target = row(backend)
         if target is not None:
-            zero, warm = split_time(events, query.start, until)
-            target.at_zero_s += zero
-            target.warm_s += warm
+            spent = split_time(events, query.start, until)
+            target.at_zero_s += spent["zero"]
+            target.asleep_s += spent["asleep"]
+            target.warm_s += spent["warm"]
 
 
-def split_time(events: list[Record], since: float, until: float) -> tuple[float, float]:
-    """Seconds at zero and warm within [since, until), from the events' sequence of states
-    (those before `since` give the state it began in; unknown before the first event)."""
-    zero = warm = 0.0
-    state: bool | None = None  # True: at zero
+def split_time(events: list[Record], since: float, until: float) -> dict[str, float]:
+    """Seconds at zero, asleep and warm within [since, until), from the events' sequence
+    of states (those before `since` give the state it began in; unknown before the first
+    event). Warm: replicas ready; asleep: none ready, some asleep; zero: none at all."""
+    spent = {"zero": 0.0, "asleep": 0.0, "warm": 0.0}
+    state: str | None = None
     mark = since
     for event in sorted(events, key=lambda e: float(e["ts"])):
         at = float(event["ts"])
         if at >= until:
             break
         if at > since and state is not None:
-            zero, warm = (zero + at - mark, warm) if state else (zero, warm + at - mark)
-        state = int(event.get("ready") or 0) == 0
+            spent[state] += at - mark
+        state = _state(event)
         mark = max(at, since)
     if state is not None and until > mark:
-        zero, warm = (zero + until - mark, warm) if state else (zero, warm + until - mark)
-    return zero, warm
+        spent[state] += until - mark
+    return spent
+
+
+def _state(event: Record) -> str:
+    if int(event.get("ready") or 0) > 0:
+        return "warm"
+    return "asleep" if int(event.get("asleep") or 0) > 0 else "zero"
 
 
 def _listed_starts(starts: list[Record], rows: dict[str, Row]) -> list[dict[str, Any]]:
@@ -238,6 +289,7 @@ def _listed_starts(starts: list[Record], rows: dict[str, Row]) -> list[dict[str,
                 "model": ", ".join(rows[backend].models) or backend,
                 "backend": backend,
                 "trigger": record.get("trigger"),
+                "kind": record.get("kind", "start"),
                 "outcome": record.get("outcome"),
                 "ttft_s": _r(ttft),
                 "phases_s": phases,

@@ -370,7 +370,12 @@ def _cold_start_section(report: Mapping[str, Any] | None) -> str:
             hbars("cold-start-timeline", [_start_row(s, phases) for s in recent], colors),
         ),
         _figure("Time to first token per model", "ttft-per-model", _ttft_plot(models)),
-        _figure("Time at zero vs warm", "time-at-zero", _zero_plot(models)),
+        _figure(
+            "Time at zero, asleep and warm",
+            "time-at-zero",
+            _zero_plot(models),
+            " ".join(str(n) for n in report.get("notes") or []),
+        ),
     ]
     content = (
         _cold_tiles(report, models, starts)
@@ -392,7 +397,7 @@ def _cold_tiles(
 
     return _tiles(
         [
-            ("Cold starts", _int(total("cold_starts")), f"{_int(total('failed'))} failed"),
+            ("Cold starts", _int(total("cold_starts")), _started_sub(total)),
             ("TTFT p50", _secs(ttft.get("p50")), "cold start to first token"),
             ("TTFT p95", _secs(ttft.get("p95")), f"max {_secs(ttft.get('max'))}"),
             ("Requests that waited", _int(total("waited_requests")), "for a cold start"),
@@ -400,6 +405,12 @@ def _cold_tiles(
             ("GPU-hours saved", _fmt(total("gpu_hours_saved"), lambda n: f"{n:,.2f}"), "at zero"),
         ]
     )
+
+
+def _started_sub(total: Callable[[str], float]) -> str:
+    """Failed starts, and wakes from sleep where there were any (they are no starts)."""
+    failed = f"{_int(total('failed'))} failed"
+    return f"{failed}, {_int(total('wakes'))} wakes" if total("wakes") else failed
 
 
 def _overall_ttft(
@@ -450,18 +461,24 @@ def _ttft_plot(models: list[Mapping[str, Any]]) -> str | None:
 
 
 def _zero_plot(models: list[Mapping[str, Any]]) -> str | None:
+    # Asleep only where a backend has a sleep tier; colours follow the legend's order.
+    states = [("time_at_zero_s", "at zero", HIT), ("time_warm_s", "warm", MISS)]
+    if any(_num(m.get("time_asleep_s")) for m in models):
+        states.insert(1, ("time_asleep_s", "asleep", NEAR))
     rows = []
     for model in models:
-        zero, warm = _num(model.get("time_at_zero_s")) or 0, _num(model.get("time_warm_s")) or 0
-        share = zero / (zero + warm) if zero + warm else 0
-        segments = [Segment(zero, f"at zero: {_secs(zero)}"), Segment(warm, f"warm: {_secs(warm)}")]
+        spent = [(_num(model.get(key)) or 0, name) for key, name, _ in states]
+        whole = sum(seconds for seconds, _ in spent)
+        share = spent[0][0] / whole if whole else 0
+        segments = [Segment(seconds, f"{name}: {_secs(seconds)}") for seconds, name in spent]
         rows.append(Row(str(model.get("model", "")), segments, f"{_pct(share)} at zero"))
-    return hbars("time-at-zero", rows, [("at zero", HIT), ("warm", MISS)])
+    return hbars("time-at-zero", rows, [(name, color) for _, name, color in states])
 
 
 def _models_table(models: list[Mapping[str, Any]]) -> str:
     headers = ["Model", "Backend", "Cold starts", "Failed", "TTFT p50", "TTFT p95", "TTFT max"]
-    headers += ["Waited", "Wait p50", "Wait p95", "Wait max", "Shed while cold", "GPU-h saved"]
+    headers += ["Waited", "Wait p50", "Wait p95", "Wait max", "Shed while cold", "Start estimate"]
+    headers += ["GPU-h saved"]
     cells = []
     for m in models:
         ttft, wait = _map(m.get("ttft_s")), _map(m.get("wait_s"))
@@ -471,7 +488,8 @@ def _models_table(models: list[Mapping[str, Any]]) -> str:
             + [_secs(ttft.get(k)) for k in ("p50", "p95", "max")]
             + [_int(m.get("waited_requests"))]
             + [_secs(wait.get(k)) for k in ("p50", "p95", "max")]
-            + [_int(m.get("shed_while_cold")), _fmt(m.get("gpu_hours_saved"), lambda n: f"{n:.2f}")]
+            + [_int(m.get("shed_while_cold")), _secs(m.get("start_estimate_s"))]
+            + [_fmt(m.get("gpu_hours_saved"), lambda n: f"{n:.2f}")]
         )
     return _table("cold-start-models", headers, cells, 2)
 

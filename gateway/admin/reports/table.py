@@ -15,14 +15,40 @@ MAX_ROWS = 20
 def render(console: Console, report: dict[str, Any]) -> None:
     if report["kind"] == "cache":
         render_cache(console, report)
+    elif report["kind"] == "batches":
+        render_batches(console, report)
     else:
         render_cold_start(console, report)
+
+
+def render_batches(console: Console, report: dict[str, Any]) -> None:
+    console.print(_title("Batch jobs", report))
+    t = report["totals"]
+    statuses = ", ".join(f"{s} {n}" for s, n in t["by_status"].items()) or "-"
+    summary = Table("jobs", "by status", "lines", "completed", "failed")
+    summary.add_row(
+        str(t["jobs"]), statuses, str(t["lines"]), str(t["completed"]), str(t["failed"])
+    )
+    console.print(summary)
+    jobs = Table("tenant", "status", "model", "done (failed)", "created", "ended", title="Jobs")
+    jobs.add_column("batch", no_wrap=True)  # an id to copy whole
+    for j in report["jobs"][:MAX_ROWS]:
+        done = f"{_pct(j['progress'])} of {j['total']} ({j['failed']})"
+        cells = (j["tenant"], j["status"], j["model"] or "-", done, _moment(j["created_at"]))
+        jobs.add_row(*cells, _moment(j["ended_at"]), j["id"])
+    console.print(jobs)
+
+
+def _moment(iso: str | None) -> str:
+    """`2026-11-27T03:38:10Z` as `11-27 03:38:10` (UTC), to fit a terminal's row."""
+    return "-" if iso is None else iso[5:19].replace("T", " ")
 
 
 def render_cache(console: Console, report: dict[str, Any]) -> None:
     console.print(_title("Cache report", report))
     t = report["totals"]
     summary = Table("requests", "lookups", "hits", "exact", "semantic", "misses", "bypassed")
+    summary.add_column("coalesced")
     summary.add_column("hit rate")
     summary.add_column("saved tokens")
     summary.add_column("saved USD")
@@ -31,6 +57,7 @@ def render_cache(console: Console, report: dict[str, Any]) -> None:
         *(str(t[k]) for k in ("requests", "lookups", "hits", "exact_hits", "semantic_hits")),
         str(t["misses"]),
         str(t["bypassed"]),
+        str(t.get("coalesced", 0)),
         _pct(t["hit_rate"]),
         str(t["saved_tokens"]),
         f"{t['saved_cost_usd']:.4f}",
@@ -59,7 +86,11 @@ def render_cold_start(console: Console, report: dict[str, Any]) -> None:
     models = Table(
         "model", "starts", "failed", "TTFT p50", "p95", "max", "waited", "wait p95", "shed"
     )
+    models.add_column("start est.")
+    models.add_column("wakes")
+    models.add_column("wake TTFT p50")
     models.add_column("at zero")
+    models.add_column("asleep")
     models.add_column("warm")
     models.add_column("GPU-h saved")
     for m in report["models"]:
@@ -71,7 +102,11 @@ def render_cold_start(console: Console, report: dict[str, Any]) -> None:
             str(m["waited_requests"]),
             _secs(m["wait_s"]["p95"]),
             str(m["shed_while_cold"]),
+            _secs(m.get("start_estimate_s")),
+            str(m.get("wakes", 0)),
+            _secs((m.get("wake_ttft_s") or {}).get("p50")),
             _secs(m["time_at_zero_s"]),
+            _secs(m.get("time_asleep_s")),
             _secs(m["time_warm_s"]),
             f"{m['gpu_hours_saved']:.3f}",
         )
@@ -83,8 +118,13 @@ def render_cold_start(console: Console, report: dict[str, Any]) -> None:
     starts = Table("at", "model", "outcome", "TTFT", *report["phases"], title="Recent starts")
     for s in report["starts"][-MAX_ROWS:]:
         cells = (_secs(s["phases_s"].get(p)) for p in report["phases"])
-        starts.add_row(s["at"] or "-", s["model"], s["outcome"] or "-", _secs(s["ttft_s"]), *cells)
+        outcome = s["outcome"] or "-"
+        if s.get("kind") == "wake":
+            outcome = f"wake: {outcome}"
+        starts.add_row(s["at"] or "-", s["model"], outcome, _secs(s["ttft_s"]), *cells)
     console.print(starts)
+    for note in report.get("notes") or []:
+        console.print(f"[dim]{note}[/dim]")
 
 
 _NAMESPACE_COLUMNS = ("namespace", "tenant", "model", "requests", "hits", "hit_rate")

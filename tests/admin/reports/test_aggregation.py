@@ -102,7 +102,8 @@ def scale(ts: float, ready: int) -> dict[str, Any]:
 def test_time_at_zero_follows_scale_events(
     events: list[dict[str, Any]], expected: tuple[float, float]
 ) -> None:
-    assert split_time(events, since=100, until=200) == expected
+    spent = split_time(events, since=100, until=200)
+    assert (spent["zero"], spent["warm"]) == expected and spent["asleep"] == 0
 
 
 def test_phases_of_a_start_with_staging_and_a_crash() -> None:
@@ -137,7 +138,7 @@ TOTALS = {"requests", "hits", "exact_hits", "semantic_hits", "misses", "bypassed
 TOTALS |= {"exact_hit_rate", "semantic_hit_rate", "saved_tokens", "saved_cost_usd"}
 COLD_ROW = {"model", "backend", "cold_starts", "failed", "ttft_s", "phases_s", "wait_s"}
 COLD_ROW |= {"waited_requests", "shed_while_cold", "time_at_zero_s", "time_warm_s"}
-COLD_ROW |= {"gpu_hours_saved"}
+COLD_ROW |= {"gpu_hours_saved", "start_estimate_s"}
 
 
 def test_reports_keep_the_keys_the_html_page_and_admin_api_read() -> None:

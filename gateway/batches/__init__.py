@@ -1,0 +1,6 @@
+"""Batch jobs in the shape of OpenAI's Batch API, run inside the gateway (most engines
+have no `/v1/batches`): files (`files.py`, bytes in `blobs.py`), jobs (`jobs.py`), their
+records (`models.py`, `store.py`), the runner that sends each line through the request
+path (`runner.py`, `execution.py`, `identity.py`), the end of a job (`finalize.py`), and
+the HTTP routes (`routes.py`). README "Batch jobs" tells how a job moves through them.
+"""

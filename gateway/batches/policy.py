@@ -1,0 +1,42 @@
+"""What a batch line's answer means for the job, and how long to wait before sending a
+line again: pure functions, tested with tables.
+
+A line refused for load is retried, never failed: 503 (shed from the fair queue,
+overloaded, a cold start too slow for the deadline, the state store away) and 429 with
+`Retry-After` (a quota window, or the upstream's own rate limit). A 429 without one (a
+request larger than a quota on its own) and every other answer are the line's result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+MAX_EXPONENT = 30  # 2**30 times the base is past any cap; keeps the power finite
+
+
+def retryable(status: int, headers: Mapping[str, str]) -> bool:
+    if status == 503:
+        return True
+    return status == 429 and "retry-after" in headers
+
+
+def backoff_s(
+    attempt: int, retry_after: str | None, base_s: float, cap_s: float, draw: float
+) -> float:
+    """Seconds before attempt `attempt + 1` (`attempt` >= 1): full jitter below
+    `base_s * 2**(attempt - 1)`, at most `cap_s`, and never sooner than `Retry-After`
+    (a quota's day can be hours away: the job's window bounds that wait, not the cap).
+    `draw` is uniform in [0, 1)."""
+    ceiling = min(cap_s, base_s * 2.0 ** min(attempt - 1, MAX_EXPONENT))
+    return max(ceiling * draw, _seconds(retry_after))
+
+
+def _seconds(value: str | None) -> float:
+    if value is None:
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        return 0.0  # an HTTP date: the gateway itself never sends one
+    return seconds if math.isfinite(seconds) and seconds > 0 else 0.0
