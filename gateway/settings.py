@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     StringConstraints,
@@ -22,24 +20,27 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.backend_settings import (
+    Backend,
+    Concurrency,
+    KubernetesTarget,
+    Launch,
+    RetrySettings,
+    Scaling,
+    ScheduleWindow,
+    Timeouts,
+    Weights,
+)
 from gateway.fallback_config import Chains, merge_chains
-from warmpool.schedule import MAX_WINDOW_S, Schedule, Window, parse_cron, time_zone
-
-Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
-Priority = Literal["interactive", "batch"]
-Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+from gateway.settings_types import Name, Priority, Sha256Hex, Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Listen(_Strict):
+class Listen(Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
 
 
-class StateSettings(_Strict):
+class StateSettings(Strict):
     """Where keys (and later quotas and cache entries) live.
 
     `memory` keeps them in process and persists them to `path`; a `redis://` URL shares
@@ -58,36 +59,7 @@ class StateSettings(_Strict):
         return value
 
 
-class Timeouts(_Strict):
-    connect_s: float = Field(default=5.0, gt=0)
-    # Time to the first byte of the answer, and then between two reads of a stream.
-    read_s: float = Field(default=300.0, gt=0)
-    total_s: float | None = Field(default=None, gt=0)
-
-
-class Launch(_Strict):
-    """A local process the gateway starts with itself and stops with itself.
-
-    `{port}` in `command` and in the backend's `base_url` is replaced by `port`, or by a
-    free loopback port when `port` is 0; `{python}` by the gateway's own interpreter.
-    """
-
-    command: list[str] = Field(min_length=1)
-    port: int = Field(default=0, ge=0, le=65535)
-    ready_path: str = "/health"
-    start_timeout_s: float = Field(default=180.0, gt=0)
-    env: dict[str, str] = Field(default_factory=dict)
-
-
-class Weights(_Strict):
-    """Where a backend's weights live, and when they are staged to local disk."""
-
-    uri: Annotated[str, StringConstraints(pattern=r"^s3://[^/]+(/.*)?$")]
-    # `always`: staged at gateway start and never evicted; `on_demand`: at first use.
-    staged: Literal["always", "on_demand"] = "on_demand"
-
-
-class S3Settings(_Strict):
+class S3Settings(Strict):
     endpoint_url: str | None = None  # None: AWS; else MinIO, R2, moto...
     region: str = "us-east-1"
     # None: the default AWS credential chain (IRSA, instance profile, env).
@@ -95,7 +67,7 @@ class S3Settings(_Strict):
     secret_access_key: SecretStr | None = None
 
 
-class StagingSettings(_Strict):
+class StagingSettings(Strict):
     cache_dir: Path = Path(".gateway/weights")
     disk_budget_gb: float = Field(default=100.0, gt=0)
     chunk_mb: int = Field(default=8, ge=1)
@@ -104,177 +76,11 @@ class StagingSettings(_Strict):
     s3: S3Settings = S3Settings()
 
 
-class ScheduleWindow(_Strict):
-    """From each time `cron` fires (5 fields, read in `scaling.timezone`), keep at least
-    `min_replicas` ready for `duration_s` (README "Scale to zero")."""
-
-    cron: str
-    duration_s: float = Field(gt=0, le=MAX_WINDOW_S)
-    min_replicas: int = Field(default=1, ge=1)
-
-    @field_validator("cron")
-    @classmethod
-    def _parses(cls, value: str) -> str:
-        parse_cron(value)  # its ValueError names the field that is wrong
-        return value
-
-
-class Scaling(_Strict):
-    """Replica count of a `process` or `kubernetes` backend (see README "Scale to zero")."""
-
-    min_replicas: int = Field(default=0, ge=0)
-    max_replicas: int = Field(default=1, ge=1)
-    idle_s: float = Field(default=60.0, gt=0)  # idle time before one of several stops
-    last_replica_idle_s: float = Field(default=300.0, gt=0)  # ... before the last one stops
-    # With `sleep: true`: the last replica sleeps after idle_s and stops after this long
-    # without work (counted from its last work too, so it sleeps for sleep_s - idle_s).
-    sleep_s: float = Field(default=1800.0, gt=0)
-    # Requests (queued, in flight, queued in the engine) one replica carries before another
-    # is added. None: its learned concurrency limit (`concurrency.mode: adaptive`), or 2.
-    target_queue_per_replica: float | None = Field(default=None, gt=0)
-    warm_pool: int = Field(default=0, ge=0)  # extra idle replicas kept loaded
-    # Demand is averaged over the stable window to size the backend, and over the short
-    # panic window to react to bursts (Knative's two modes).
-    stable_window_s: float = Field(default=60.0, gt=0)
-    panic_window_s: float = Field(default=6.0, gt=0)
-    ready_timeout_s: float = Field(default=600.0, gt=0)
-    schedule: list[ScheduleWindow] = Field(default_factory=list)  # raised minimums by the clock
-    timezone: str = "UTC"  # an IANA name: the schedule's cron times are read there
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        time_zone(value)
-        return value
-
-    @model_validator(mode="after")
-    def _bounds(self) -> Scaling:
-        if self.min_replicas > self.max_replicas:
-            raise ValueError("min_replicas must not exceed max_replicas")
-        if any(w.min_replicas > self.max_replicas for w in self.schedule):
-            raise ValueError("a schedule window's min_replicas must not exceed max_replicas")
-        return self
-
-    def plan(self) -> Schedule:
-        windows = (Window(parse_cron(w.cron), w.duration_s, w.min_replicas) for w in self.schedule)
-        return Schedule(tuple(windows), time_zone(self.timezone))
-
-
-class KubernetesTarget(_Strict):
-    server: str  # the API server URL
-    token: SecretStr  # a service account token (RBAC: deployments/scale on this target)
-    namespace: str
-    deployment: str
-    service: str  # whose EndpointSlices list the ready pods
-    port: int | None = None
-    ca_file: Path | None = None
-
-
-class RetrySettings(_Strict):
-    """Retries before the first byte (see README "Traffic control"); per backend or for all."""
-
-    max_attempts: int = Field(default=3, ge=1, le=10)  # the first attempt included
-    base_s: float = Field(default=0.05, ge=0)  # full-jitter backoff: uniform below base * 2^n
-    cap_s: float = Field(default=2.0, ge=0)  # ... and below this
-    max_retry_after_s: float = Field(default=2.0, ge=0)  # a longer Retry-After is relayed
-
-
-class Concurrency(_Strict):
-    """How many requests each replica gets at once (README "Learned capacity").
-
-    `adaptive` learns it from the engine's metrics (when `engine` is declared) and from
-    answer latency, between `min` and the backend's `max_concurrency`; `fixed` dispatches
-    exactly `max_concurrency` per replica, as a hand-set limit.
-    """
-
-    mode: Literal["adaptive", "fixed"] = "adaptive"
-    initial: int = Field(default=8, ge=1)  # the first limit, before anything is learned
-    min: int = Field(default=1, ge=1)
-    interval_s: float = Field(default=0.25, gt=0, le=10)  # control tick and metrics scrape
-    metrics_path: str = "/metrics"  # at the engine's root, or a full http(s):// URL
-    kv_high: float = Field(default=0.95, gt=0, le=1)  # KV usage at which an engine is full
-    # Time to first token may reach this multiple of its baseline before the limit is cut
-    # (README "Learned capacity": why 3).
-    latency_tolerance: float = Field(default=3.0, ge=1.1, le=10)
-
-
-class Backend(_Strict):
-    name: Name
-    # http: a static upstream at base_url; process: workers the gateway starts itself
-    # (`command`); kubernetes: a Deployment scaled through the API.
-    kind: Literal["http", "process", "kubernetes"] = "http"
-    base_url: str = ""
-    command: list[str] = Field(default_factory=list)  # {port} {weights} {python} {host}
-    env: dict[str, str] = Field(default_factory=dict)  # process: added to the gateway's own
-    ready_path: str = "/health"
-    kubernetes: KubernetesTarget | None = None
-    scaling: Scaling = Scaling()
-    models: list[Name] = Field(min_length=1)
-    api_key: SecretStr | None = None
-    timeouts: Timeouts = Timeouts()
-    # Per replica: the ceiling of the learned limit, or the limit with `concurrency.mode: fixed`.
-    max_concurrency: int = Field(default=256, ge=1)
-    # What serves the model: its /metrics are read for capacity (none: latency only).
-    engine: Literal["vllm", "sglang", "tgi", "none"] = "none"
-    # vLLM started with `--scheduling-policy priority`: requests carry their class's rank.
-    priority_scheduling: bool = False
-    # vLLM started with `--enable-sleep-mode` (and VLLM_SERVER_DEV_MODE=1): an idle last
-    # replica sleeps (weights in host memory) before it stops; see README "Scale to zero".
-    sleep: bool = False
-    concurrency: Concurrency = Concurrency()
-    health_path: str = "/models"
-    launch: Launch | None = None
-    weights: Weights | None = None
-    retry: RetrySettings | None = None  # None: `traffic.retry`
-    # Per model of this backend: the models tried in its place (gateway/fallback.py).
-    fallbacks: dict[Name, list[Name]] = Field(default_factory=dict)
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value.rstrip("/")
-
-    @model_validator(mode="after")
-    def _kind_needs(self) -> Backend:
-        if self.kind == "http" and not self.base_url:
-            raise ValueError("an http backend needs base_url")
-        if self.kind == "process" and not self.command:
-            raise ValueError("a process backend needs command")
-        if self.kind == "kubernetes" and self.kubernetes is None:
-            raise ValueError("a kubernetes backend needs the kubernetes section")
-        if self.kind == "http" and self.scaling.schedule:
-            raise ValueError("scaling.schedule needs a process or kubernetes backend")
-        if self.env and self.kind != "process":
-            raise ValueError("env is for process backends (it is the command's environment)")
-        if "{weights}" in " ".join(self.command) and self.weights is None:
-            raise ValueError("command uses {weights} but the backend declares no weights")
-        if self.priority_scheduling and self.engine != "vllm":
-            raise ValueError("priority_scheduling needs engine: vllm (its `priority` field)")
-        if self.sleep:
-            self._can_sleep()
-        if self.concurrency.min > self.max_concurrency:
-            raise ValueError("concurrency.min must be <= max_concurrency")
-        return self
-
-    def _can_sleep(self) -> None:
-        if self.engine != "vllm":
-            raise ValueError("sleep needs engine: vllm (its sleep mode: --enable-sleep-mode)")
-        if self.kind == "http":
-            raise ValueError("sleep needs a process or kubernetes backend (the gateway scales)")
-        if self.scaling.sleep_s <= self.scaling.idle_s:
-            raise ValueError(
-                "scaling.sleep_s must be longer than scaling.idle_s (both count from the "
-                "replica's last work: it sleeps after idle_s and stops after sleep_s)"
-            )
-
-
 # Limits travel through Lua as doubles: beyond 2^53 they would lose precision.
 _MAX_LIMIT = 2**53
 
 
-class Quotas(_Strict):
+class Quotas(Strict):
     """Per-tenant limits, shared by all replicas through the state store (None: unlimited)."""
 
     requests_per_minute: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
@@ -284,7 +90,7 @@ class Quotas(_Strict):
     tokens_per_month: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
 
 
-class DeclaredKey(_Strict):
+class DeclaredKey(Strict):
     """A key declared in config: its SHA-256 (`sha256`), or a variable holding the key (`env`).
 
     With `env` and `generate: true`, a missing variable makes the gateway generate a key
@@ -302,7 +108,7 @@ class DeclaredKey(_Strict):
         return self
 
 
-class ErrorBound(_Strict):
+class ErrorBound(Strict):
     """Opt-in error-bounded semantic hits (cache/error_bound.py, after vCache): a near match
     is served with the chance that keeps wrong answers at or under `delta` per request,
     learned online from would-be hits the model also answers and that are compared.
@@ -328,7 +134,7 @@ class ErrorBound(_Strict):
         return scope
 
 
-class TenantProfile(_Strict):
+class TenantProfile(Strict):
     """A tenant without its keys: what the admin API creates and updates."""
 
     name: Name
@@ -348,13 +154,13 @@ class Tenant(TenantProfile):
     keys: list[DeclaredKey] = Field(default_factory=list)
 
 
-class AdminSettings(_Strict):
+class AdminSettings(Strict):
     """Keys of the admin API (`/admin/...`); none (and no $GATEWAY_ADMIN_KEY): it is off."""
 
     keys: list[DeclaredKey] = Field(default_factory=list)
 
 
-class CacheSettings(_Strict):
+class CacheSettings(Strict):
     """The semantic cache. See README "Semantic cache" for the tiers and their defaults."""
 
     enabled: bool = True
@@ -378,7 +184,7 @@ def _default_deadlines() -> dict[Priority, float]:
     return {"interactive": 60.0, "batch": 600.0}
 
 
-class HoldSettings(_Strict):
+class HoldSettings(Strict):
     """Requests held while a backend with no ready replica starts one (README "Scale to zero")."""
 
     # A held streaming request gets an SSE comment line this often (the first one sends its
@@ -389,7 +195,7 @@ class HoldSettings(_Strict):
     deadline_margin: float = Field(default=1.5, ge=1)
 
 
-class TrafficSettings(_Strict):
+class TrafficSettings(Strict):
     """Fair queueing, load shedding, retries and circuit breaking in front of each backend."""
 
     # How long a request may take end to end when the client does not say (with the
@@ -410,14 +216,14 @@ class TrafficSettings(_Strict):
     hold: HoldSettings = HoldSettings()
 
 
-class Price(_Strict):
+class Price(Strict):
     """What a model's tokens cost, in USD per million (for the cache report's savings)."""
 
     input_per_1m_tokens: float = Field(default=0.0, ge=0)
     output_per_1m_tokens: float = Field(default=0.0, ge=0)
 
 
-class Limits(_Strict):
+class Limits(Strict):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     # How long a client may take to send a request's body once its headers are in (the
     # headers have their own limit, gateway/server.py); past it: 408 and the connection closes.
@@ -427,7 +233,7 @@ class Limits(_Strict):
 _WINDOW = r"^[1-9][0-9]*[smh]$"  # a completion window: 24h, 90m, 30s
 
 
-class BatchFiles(_Strict):
+class BatchFiles(Strict):
     """Where batch files' bytes live (inputs, outputs, errors): a local folder, or S3."""
 
     store: Literal["local", "s3"] = "local"
@@ -443,7 +249,7 @@ class BatchFiles(_Strict):
         return self
 
 
-class BatchSettings(_Strict):
+class BatchSettings(Strict):
     """Batch jobs (`/v1/files`, `/v1/batches`), run inside the gateway (README "Batch jobs")."""
 
     enabled: bool = True
@@ -464,7 +270,7 @@ class BatchSettings(_Strict):
     files: BatchFiles = BatchFiles()
 
 
-class Settings(_Strict):
+class Settings(Strict):
     listen: Listen = Listen()
     state: StateSettings = StateSettings()
     limits: Limits = Limits()
@@ -537,3 +343,20 @@ def _lookup(match: re.Match[str], environ: dict[str, str]) -> str:
 
 class ConfigError(Exception):
     """The configuration file is missing, unparsable or invalid; the message says where."""
+
+
+# Re-exported: the whole tree is read from here (`from gateway.settings import Backend`).
+__all__ = [
+    "Backend",
+    "Concurrency",
+    "KubernetesTarget",
+    "Launch",
+    "Name",
+    "Priority",
+    "RetrySettings",
+    "Scaling",
+    "ScheduleWindow",
+    "Sha256Hex",
+    "Timeouts",
+    "Weights",
+]
