@@ -10,10 +10,22 @@ import json
 import re
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from gateway.errors import BadRequest
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or the 400 OpenAI answers for one that is not."""
+    try:
+        fields = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise unparsable(raw, str(exc)) from exc
+    if not isinstance(fields, dict):
+        raise not_an_object(fields)
+    return fields
 
 
 def not_an_object(fields: object) -> BadRequest:

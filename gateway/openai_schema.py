@@ -22,7 +22,6 @@ import math
 from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -42,7 +41,7 @@ from pydantic_core import PydanticCustomError
 
 from cache.policy import CacheInputs
 from gateway.errors import BadRequest
-from gateway.openai_errors import bad_request, not_an_object, unparsable
+from gateway.openai_errors import bad_request, json_object
 
 NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
 MAX_TOKENS = 2**31 - 1
@@ -312,12 +311,7 @@ def parse_request(kind: Kind, raw: bytes) -> OpenAIRequest:
     """The checked body of a request to the `kind` endpoint; vendor fields pass through."""
     if not raw:
         raise BadRequest("The request body is empty; send a JSON object.")
-    try:
-        fields = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise unparsable(raw, str(exc)) from exc
-    if not isinstance(fields, dict):
-        raise not_an_object(fields)
+    fields = json_object(raw)
     try:
         request: OpenAIRequest = _ADAPTERS[kind].validate_python(fields)
     except ValidationError as exc:

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-import orjson
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from gateway.batches.errors import BatchNotCancellable, BatchNotFound
@@ -20,7 +19,7 @@ from gateway.batches.lines import ENDPOINTS
 from gateway.batches.models import CANCELLABLE, BatchJob, Endpoint, batch_object, new_id
 from gateway.batches.store import BatchStore
 from gateway.errors import BadRequest
-from gateway.openai_errors import bad_request, not_an_object, unparsable
+from gateway.openai_errors import bad_request, json_object
 from gateway.settings import BatchSettings
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -124,12 +123,7 @@ class Jobs:
 
 
 def _parse(raw: bytes) -> BatchCreate:
-    try:
-        fields = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise unparsable(raw, str(exc)) from exc
-    if not isinstance(fields, dict):
-        raise not_an_object(fields)
+    fields = json_object(raw)
     try:
         return BatchCreate.model_validate(fields)
     except ValidationError as exc:
