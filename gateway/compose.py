@@ -126,7 +126,8 @@ async def build(
     lifecycle = Lifecycle(quotas, http_cache, metrics, access, events)
     limits = settings.limits
     body = BodyReader(limits.max_body_bytes, limits.body_timeout_s)
-    routing = (Flights(tasks), settings.fallback_chains())  # coalescing, fallbacks
+    # coalescing, fallbacks, degradation under overload
+    routing = (Flights(tasks), settings.fallback_chains(), settings.degrade)
     path_parts = (pools, quotas, http_cache, settings.traffic, metrics, lifecycle, body, *routing)
     pipeline = Pipeline(auth, catalog, *path_parts)
     # Batch lines take the same path, as their job's tenant and in the batch class.

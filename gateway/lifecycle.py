@@ -71,6 +71,7 @@ class Exchange:
     ended: bool = False
     flight: Flight | None = None  # identical requests wait on its answer (gateway/coalesce.py)
     fallback: str | None = None  # the fallback model that answered (gateway/fallback.py)
+    degraded: str | None = None  # what it gave up under overload (gateway/degrade.py)
 
     def hand_off(self) -> Finish:
         """The exchange ends when the returned function is called, not with its block."""
@@ -169,9 +170,10 @@ class Lifecycle:
     def _keep(self, exchange: Exchange, probe: Probe, ending: Ending) -> None:
         """Stores a complete answer, then lands its flight: the identical requests that
         come from then on are hits. Before the settle's await, so that those waiting on
-        the flight need not wait for the quota store too. A fallback model's answer is
-        not stored: the key names the model asked for."""
-        if ending.status == 200 and ending.body is not None and exchange.fallback is None:
+        the flight need not wait for the quota store too. A fallback model's answer, or a
+        degraded one, is not stored: the key names the request as asked."""
+        kept_as_asked = exchange.fallback is None and exchange.degraded is None
+        if ending.status == 200 and ending.body is not None and kept_as_asked:
             self._cache.store(probe, ending.body)
         if exchange.flight is not None:
             exchange.flight.finish(ending)

@@ -137,6 +137,13 @@ class Metrics:
             ["model", "fallback", "reason"],
             registry=r,
         )
+        self._degraded = Counter(
+            "gateway_degraded",
+            "Requests degraded under overload (gateway/degrade.py), by tenant, the model "
+            "asked for and the action (max_tokens, model).",
+            ["tenant", "model", "action"],
+            registry=r,
+        )
         self._cache_bad_hit_labels = Counter(
             "gateway_cache_bad_hit_labels",
             "Bad-hit reports by whether they became a wrong label of the error-bounded "
@@ -210,6 +217,9 @@ class Metrics:
 
     def model_fallback(self, model: str, fallback: str, reason: str) -> None:
         self._model_fallbacks.labels(model, fallback, reason).inc()
+
+    def degraded(self, tenant: str, model: str, action: str) -> None:
+        self._degraded.labels(tenant, model, action).inc()
 
     def cache_bad_hit_label(self, tenant: str, labelled: bool) -> None:
         self._cache_bad_hit_labels.labels(tenant, "yes" if labelled else "no").inc()

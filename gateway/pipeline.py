@@ -5,6 +5,8 @@
     route        model -> backend pool, tenant may use it (gateway/tenancy/tenants.py)
     admit        quotas reserve the estimated tokens (gateway/tenancy/quotas.py)
     cache        look the prompt up, answer a hit (gateway/cache_http.py -> cache/semantic.py)
+    degrade      its queue would keep it too long: cap its output or send it to a cheaper
+                 model, where its policy says so; then it goes alone (gateway/degrade.py)
     coalesce     an identical request is with the model: wait for its answer; else lead
                  the requests that come meanwhile (gateway/coalesce.py)
     acquire      cold start, fair queue, shedding: a lease (gateway/traffic/pool.py); held
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 from starlette.requests import Request
@@ -34,6 +36,7 @@ from cache.policy import Mode
 from gateway.body import BodyReader
 from gateway.cache_http import HttpCache, Probe, reported
 from gateway.coalesce import Flight, Flights
+from gateway.degrade import Degradation, decide, rewritten
 from gateway.disconnect import unless_disconnected
 from gateway.errors import GatewayError, QuotaExceeded, StateUnavailable
 from gateway.fallback import Fallbacks
@@ -42,7 +45,7 @@ from gateway.lifecycle import Exchange, Lifecycle
 from gateway.metrics import Metrics
 from gateway.openai_schema import Kind, OpenAIRequest, parse_request
 from gateway.relay import Ending, stream, whole
-from gateway.settings import Priority, Tenant, TrafficSettings
+from gateway.settings import Degrade, Priority, Tenant, TrafficSettings
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.quotas import Admission, QuotaEnforcer, QuotaLimits
 from gateway.tenancy.tenants import Catalog
@@ -63,6 +66,7 @@ class Call:
     priority: Priority
     deadline: Deadline
     fallbacks: tuple[str, ...] = ()  # models tried in its model's place (gateway/fallback.py)
+    degrade: Degrade | None = None  # its tenant's or model's policy under overload
 
 
 class Pipeline:
@@ -79,6 +83,7 @@ class Pipeline:
         body: BodyReader,
         flights: Flights,
         fallbacks: Mapping[str, tuple[str, ...]],
+        degrade: Mapping[str, Degrade] | None = None,
     ) -> None:
         self._auth = auth
         self._catalog = catalog
@@ -92,6 +97,7 @@ class Pipeline:
         self._flights = flights
         self._chains = fallbacks  # per model with fallbacks, the models tried in its place
         self._fallbacks = Fallbacks(catalog, pools, metrics)
+        self._degrade = degrade or {}  # per model with a policy (gateway/degrade.py)
 
     async def openai(self, request: Request, kind: Kind) -> Response:
         exchange = self._lifecycle.begin(request)
@@ -142,10 +148,12 @@ class Pipeline:
         if cached is not None:
             return cached
         admitted = self._admitted(call, exchange)
+        if call.degrade is not None:
+            admitted = self._degraded(call, exchange, admitted, call.degrade)
         exchange.at_zero = call.pool.at_zero
         if exchange.at_zero:
             return await self._held(call, exchange, admitted)
-        if exchange.probe is not None:
+        if exchange.probe is not None and exchange.degraded is None:
             followed = await self._coalesce(call, exchange, exchange.probe)
             if followed is not None:
                 return followed
@@ -241,7 +249,8 @@ class Pipeline:
         length_s = deadline_s(headers, default_s, traffic.max_deadline_s)
         deadline = Deadline.after(length_s, exchange.elapsed_s())
         pool, fallbacks = self._pools[route.backend], self._chains.get(route.model, ())
-        return Call(body, raw, tenant, pool, priority, deadline, fallbacks)
+        policy = tenant.degrade or self._degrade.get(route.model)
+        return Call(body, raw, tenant, pool, priority, deadline, fallbacks, policy)
 
     async def _admit(self, call: Call, exchange: Exchange) -> None:
         exchange.estimate = call.body.reserved_tokens(self._traffic.default_max_tokens)
@@ -280,6 +289,45 @@ class Pipeline:
         input_tokens = max(0, exchange.estimate - output)
         return Admitted(call.tenant.name, call.tenant.weight, call.priority, input_tokens, output)
 
+    def _degraded(
+        self, call: Call, exchange: Exchange, admitted: Admitted, policy: Degrade
+    ) -> Admitted:
+        """The request as its policy degrades it when its queue is too long (`call` and
+        `exchange` updated), or as it was. Its quota reservation stays as admitted: the
+        settle charges what the answer really used."""
+        wait_s = call.pool.expected_wait_s(admitted)
+        asked = _asked_tokens(call.body, admitted.max_output_tokens)
+        degradation = decide(policy, call.priority, wait_s, call.deadline.left_s(), asked)
+        if degradation is not None and degradation.model is not None:
+            degradation = self._routable(call, exchange, degradation)
+        if degradation is None:
+            return admitted
+        call.raw = rewritten(call.raw, degradation)
+        exchange.degraded = degradation.header
+        for action, _ in degradation.actions():
+            self._metrics.degraded(call.tenant.name, call.body.model, action)
+        if degradation.max_tokens is None:
+            return admitted
+        per_choice = asked or self._traffic.default_max_tokens
+        choices = max(1, admitted.max_output_tokens // per_choice)
+        return replace(admitted, max_output_tokens=degradation.max_tokens * choices)
+
+    def _routable(
+        self, call: Call, exchange: Exchange, degradation: Degradation
+    ) -> Degradation | None:
+        """`degradation` with `call` sent to its model, or without that action where the
+        tenant may not use the model (a tenant created since start-up may not)."""
+        model = degradation.model
+        assert model is not None
+        if model not in self._catalog.models_for(call.tenant.name):
+            if degradation.max_tokens is None:
+                return None
+            return Degradation(degradation.max_tokens, None)
+        route = self._catalog.route(call.tenant.name, model)
+        call.pool, call.fallbacks = self._pools[route.backend], self._chains.get(model, ())
+        exchange.backend = route.backend
+        return degradation
+
     def _stream(self, call: Call, exchange: Exchange, upstream: UpstreamResponse) -> Response:
         recorder = self._cache.recorder(exchange.probe)
         end = exchange.hand_off()
@@ -311,6 +359,8 @@ class Pipeline:
             lease.first_byte()
         if exchange.fallback is not None:
             response.headers["x-model-fallback"] = exchange.fallback
+        if exchange.degraded is not None:
+            response.headers["x-degraded"] = exchange.degraded
         return response
 
     async def _models(self, exchange: Exchange) -> Response:
@@ -334,6 +384,14 @@ def _refusal(admission: Admission) -> QuotaExceeded | StateUnavailable:
     budget = reason in ("tokens_per_day", "tokens_per_month")
     code = "insufficient_quota" if budget else "rate_limit_exceeded"
     return QuotaExceeded(message, headers=admission.headers, code=code)
+
+
+def _asked_tokens(body: OpenAIRequest, budget: int) -> int | None:
+    """The output cap per choice the request set (None: none; 0: it produces none)."""
+    if budget == 0:
+        return 0
+    cap = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
+    return cap if isinstance(cap, int) else None
 
 
 def _model_list(models: list[str]) -> bytes:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
-    SecretStr,
     StringConstraints,
     field_validator,
     model_validator,
@@ -31,8 +31,9 @@ from gateway.backend_settings import (
     Timeouts,
     Weights,
 )
+from gateway.batch_settings import BatchFiles, BatchSettings
 from gateway.fallback_config import Chains, merge_chains
-from gateway.settings_types import Name, Priority, Sha256Hex, Strict
+from gateway.settings_types import Name, Priority, S3Settings, Sha256Hex, Strict
 
 
 class Listen(Strict):
@@ -57,14 +58,6 @@ class StateSettings(Strict):
         if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be 'memory' or a redis:// / rediss:// / unix:// URL")
         return value
-
-
-class S3Settings(Strict):
-    endpoint_url: str | None = None  # None: AWS; else MinIO, R2, moto...
-    region: str = "us-east-1"
-    # None: the default AWS credential chain (IRSA, instance profile, env).
-    access_key_id: SecretStr | None = None
-    secret_access_key: SecretStr | None = None
 
 
 class StagingSettings(Strict):
@@ -134,6 +127,27 @@ class ErrorBound(Strict):
         return scope
 
 
+def _batch_only() -> list[Priority]:
+    return ["batch"]
+
+
+class Degrade(Strict):
+    """Degradation under overload (gateway/degrade.py): once the expected queue wait of a
+    request of one of `classes` exceeds `when_wait_over` of the time left before its
+    deadline, cap its output at `max_tokens`, and/or send it to `model` instead."""
+
+    when_wait_over: float = Field(gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    model: Name | None = None
+    classes: list[Priority] = Field(default_factory=_batch_only, min_length=1)
+
+    @model_validator(mode="after")
+    def _some_action(self) -> Degrade:
+        if self.max_tokens is None and self.model is None:
+            raise ValueError("degrade needs max_tokens, model, or both")
+        return self
+
+
 class TenantProfile(Strict):
     """A tenant without its keys: what the admin API creates and updates."""
 
@@ -148,6 +162,7 @@ class TenantProfile(Strict):
     # Tenants naming the same group share cache entries; otherwise a tenant's entries are its own.
     cache_group: Name | None = None
     cache_error_bound: ErrorBound | None = None  # None: the shipped fixed decision
+    degrade: Degrade | None = None  # under overload; overrides its model's `degrade`
 
 
 class Tenant(TenantProfile):
@@ -230,46 +245,6 @@ class Limits(Strict):
     body_timeout_s: float = Field(default=30.0, gt=0)
 
 
-_WINDOW = r"^[1-9][0-9]*[smh]$"  # a completion window: 24h, 90m, 30s
-
-
-class BatchFiles(Strict):
-    """Where batch files' bytes live (inputs, outputs, errors): a local folder, or S3."""
-
-    store: Literal["local", "s3"] = "local"
-    path: Path | None = None  # local: None is `files/` next to the state file
-    bucket: str | None = None  # s3: required
-    prefix: str = "gateway-files/"  # s3: object keys are PREFIX + file id
-    s3: S3Settings = S3Settings()
-
-    @model_validator(mode="after")
-    def _bucket_for_s3(self) -> BatchFiles:
-        if self.store == "s3" and not self.bucket:
-            raise ValueError("store: s3 needs bucket")
-        return self
-
-
-class BatchSettings(Strict):
-    """Batch jobs (`/v1/files`, `/v1/batches`), run inside the gateway (README "Batch jobs")."""
-
-    enabled: bool = True
-    max_file_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
-    max_lines: int = Field(default=50_000, ge=1)
-    concurrency: int = Field(default=4, ge=1)  # a job's lines in flight at once
-    max_concurrency: int = Field(default=16, ge=1)  # lines in flight over all jobs
-    max_jobs: int = Field(default=4, ge=1)  # jobs run at once (each holds its input in memory)
-    # The windows `completion_window` may name (OpenAI knows 24h only), and their lengths.
-    completion_windows: list[Annotated[str, StringConstraints(pattern=_WINDOW)]] = Field(
-        default_factory=lambda: ["24h"], min_length=1
-    )
-    retry_base_s: float = Field(default=1.0, gt=0)  # a line refused for load (429, 503) ...
-    retry_cap_s: float = Field(default=60.0, gt=0)  # ... retries after backoff up to this
-    poll_s: float = Field(default=1.0, gt=0)  # how often jobs are looked for (other replicas')
-    drain_s: float = Field(default=10.0, ge=0)  # at shutdown, lines in flight get this long
-    lease_s: float = Field(default=30.0, gt=0)  # Redis: a replica's claim on a job
-    files: BatchFiles = BatchFiles()
-
-
 class Settings(Strict):
     listen: Listen = Listen()
     state: StateSettings = StateSettings()
@@ -285,6 +260,8 @@ class Settings(Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Per model: the models tried in its place (gateway/fallback.py); also per backend.
     fallbacks: dict[Name, list[Name]] = Field(default_factory=dict)
+    # Per model: what its requests give up under overload (gateway/degrade.py).
+    degrade: dict[Name, Degrade] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Settings:
@@ -293,7 +270,27 @@ class Settings(Strict):
         served = [model for backend in self.backends for model in backend.models]
         _require_unique("models served by backends", served)
         self.fallback_chains()  # raises ValueError when they are wrong
+        self._check_degrade()
         return self
+
+    def _check_degrade(self) -> None:
+        """A policy's model is served, and one its tenants may use (a request is never
+        degraded to a model its tenant could not ask for)."""
+        served = set(self.model_names())
+        for model, policy in self.degrade.items():
+            if model not in served:
+                raise ValueError(f"degrade: {model!r} is not a model any backend serves")
+            if policy.model == model:
+                raise ValueError(f"degrade.{model}: model names the model itself")
+            _degrade_model(f"degrade.{model}", policy, served)
+        for tenant in self.tenants:
+            if tenant.degrade is None:
+                continue
+            where = f"tenants[{tenant.name}].degrade"
+            _degrade_model(where, tenant.degrade, served)
+            cheaper = tenant.degrade.model
+            if cheaper is not None and not any(fnmatchcase(cheaper, p) for p in tenant.models):
+                raise ValueError(f"{where}: the tenant may not use {cheaper!r}")
 
     def model_names(self) -> list[str]:
         return [model for backend in self.backends for model in backend.models]
@@ -303,6 +300,11 @@ class Settings(Strict):
         backend_of = {model: b.name for b in self.backends for model in b.models}
         per_backend = {b.name: b.fallbacks for b in self.backends if b.fallbacks}
         return merge_chains(backend_of, self.fallbacks, per_backend)
+
+
+def _degrade_model(where: str, policy: Degrade, served: set[str]) -> None:
+    if policy.model is not None and policy.model not in served:
+        raise ValueError(f"{where}: {policy.model!r} is not a model any backend serves")
 
 
 def _require_unique(what: str, names: list[str]) -> None:
@@ -348,12 +350,15 @@ class ConfigError(Exception):
 # Re-exported: the whole tree is read from here (`from gateway.settings import Backend`).
 __all__ = [
     "Backend",
+    "BatchFiles",
+    "BatchSettings",
     "Concurrency",
     "KubernetesTarget",
     "Launch",
     "Name",
     "Priority",
     "RetrySettings",
+    "S3Settings",
     "Scaling",
     "ScheduleWindow",
     "Sha256Hex",

@@ -224,6 +224,11 @@ class Pool:
     def at_zero(self) -> bool:
         return self.manager is not None and len(self.replicas) == 0
 
+    def expected_wait_s(self, request: Admitted) -> float:
+        """How long `request` would wait in the queue if it came now (the start included,
+        with no replica ready)."""
+        return self.scheduler.expected_wait_s(request.tenant, request.weight, request.priority)
+
     async def acquire(self, request: Admitted, deadline: Deadline) -> Lease:
         """A lease on the backend once the fair queue dispatches the request, starting a
         replica first if none is ready (the request then waits in the queue)."""

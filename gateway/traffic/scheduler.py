@@ -461,6 +461,15 @@ class FairScheduler:
             self._cancelled(entry, waiter.future)
             raise
 
+    def expected_wait_s(self, tenant: str, weight: float, priority: str) -> float:
+        """How long a newcomer of `tenant` in class `priority` would wait for a slot now,
+        as admission estimates it (`_admit`); 0 when it would be dispatched at once."""
+        now, rank = self._clock(), self._ranks[priority]
+        if self._queue.ahead(rank) == 0 and self._may_dispatch(rank, now):
+            return 0.0
+        ahead = self._queue.ahead_of(tenant, weight, rank)
+        return self._wait(ahead, rank, now, admitting=True)
+
     def drop_waiting(self, reason: str, error: Callable[[], Exception]) -> None:
         """Fails every waiter with a new `error()` (a cold start failed: nothing will serve
         them soon); counted as shed for `reason`."""

@@ -19,8 +19,9 @@ so an identical cacheable request can fail where another succeeds).
     broken-sse      streams one chunk, then half an event, and ends (no blank line, no [DONE])
 
 `GET /_last` returns the headers of the last request; `GET /_stats` counts requests (by
-model, and by the body's `user` when it has one) and streams that the client abandoned (to
-check that the gateway cancels upstream requests); `GET /_crash` kills the process at once.
+model, by the body's `user` when it has one, by the `max_tokens` sent) and streams that the
+client abandoned (to check that the gateway cancels upstream requests); `GET /_crash` kills
+the process at once.
 
 Run: python -m tests.support.fake_upstream --port PORT [--echo-delay-ms MS] [--startup-delay-s S]
 (`--echo-delay-ms`: `echo` answers after that long, as a model would take; `--startup-delay-s`:
@@ -94,6 +95,9 @@ class FakeUpstream:
         if isinstance(body.get("user"), str):  # per caller-chosen tag (batch lines' custom_id)
             tagged = f"user:{body['user']}"
             self.stats[tagged] = self.stats.get(tagged, 0) + 1
+        if isinstance(body.get("max_tokens"), int):  # the output cap it was sent (degraded?)
+            capped = f"max_tokens:{body['max_tokens']}"
+            self.stats[capped] = self.stats.get(capped, 0) + 1
         await self._post(path, body, receive, send)
 
     async def _get(self, path: str, send: Any) -> None:

@@ -771,3 +771,17 @@ async def test_cold_start_estimate_beyond_the_deadline_is_refused_at_once() -> N
     with pytest.raises(Shed) as caught:
         await scheduler.acquire("a", 1.0, "interactive", 10, 10, clock.now + 5)
     assert caught.value.reason == "deadline_unreachable" and caught.value.retry_after_s >= 30
+
+
+async def test_expected_wait_s_is_the_wait_admission_counts_on() -> None:
+    """What degradation under overload reads (gateway/degrade.py): 0 with a free slot; else
+    the wait `_admit` compares with the deadline (one service time behind the busy slot)."""
+    clock = FakeClock()
+    assert FairScheduler(1, 10, clock).expected_wait_s("a", 1.0, "batch") == 0.0
+    h = await one_slot_taken(10, clock, initial_service_s=2.0)
+    assert h.scheduler.expected_wait_s("a", 1.0, "batch") == pytest.approx(2.0)
+    with pytest.raises(Shed, match="deadline_unreachable"):  # 2 s > half of 3.9 s
+        await h.scheduler.acquire("a", 1.0, "batch", 100, 0, clock.now + 3.9)
+    await h.submit("fits", tenant="a", deadline=clock.now + 4.1)
+    assert [tag for tag, _, _ in h.pending] == ["fits"]
+    await h.drain()

@@ -1,0 +1,50 @@
+"""Batch jobs' settings (`batches` in the configuration; README "Batch jobs"). Part of the
+one settings tree (`gateway.settings`, which re-exports every name here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from gateway.settings_types import S3Settings, Strict
+
+_WINDOW = r"^[1-9][0-9]*[smh]$"  # a completion window: 24h, 90m, 30s
+
+
+class BatchFiles(Strict):
+    """Where batch files' bytes live (inputs, outputs, errors): a local folder, or S3."""
+
+    store: Literal["local", "s3"] = "local"
+    path: Path | None = None  # local: None is `files/` next to the state file
+    bucket: str | None = None  # s3: required
+    prefix: str = "gateway-files/"  # s3: object keys are PREFIX + file id
+    s3: S3Settings = S3Settings()
+
+    @model_validator(mode="after")
+    def _bucket_for_s3(self) -> BatchFiles:
+        if self.store == "s3" and not self.bucket:
+            raise ValueError("store: s3 needs bucket")
+        return self
+
+
+class BatchSettings(Strict):
+    """Batch jobs (`/v1/files`, `/v1/batches`), run inside the gateway (README "Batch jobs")."""
+
+    enabled: bool = True
+    max_file_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    max_lines: int = Field(default=50_000, ge=1)
+    concurrency: int = Field(default=4, ge=1)  # a job's lines in flight at once
+    max_concurrency: int = Field(default=16, ge=1)  # lines in flight over all jobs
+    max_jobs: int = Field(default=4, ge=1)  # jobs run at once (each holds its input in memory)
+    # The windows `completion_window` may name (OpenAI knows 24h only), and their lengths.
+    completion_windows: list[Annotated[str, StringConstraints(pattern=_WINDOW)]] = Field(
+        default_factory=lambda: ["24h"], min_length=1
+    )
+    retry_base_s: float = Field(default=1.0, gt=0)  # a line refused for load (429, 503) ...
+    retry_cap_s: float = Field(default=60.0, gt=0)  # ... retries after backoff up to this
+    poll_s: float = Field(default=1.0, gt=0)  # how often jobs are looked for (other replicas')
+    drain_s: float = Field(default=10.0, ge=0)  # at shutdown, lines in flight get this long
+    lease_s: float = Field(default=30.0, gt=0)  # Redis: a replica's claim on a job
+    files: BatchFiles = BatchFiles()
