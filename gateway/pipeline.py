@@ -157,13 +157,7 @@ class Pipeline:
             followed = await self._coalesce(call, exchange, exchange.probe)
             if followed is not None:
                 return followed
-        if call.fallbacks:
-            upstream = await self._fallbacks.send(call, exchange, admitted)
-        else:
-            exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
-            path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
-            upstream = await forward(lease, path, call.raw, exchange.request_id, streamed=streamed)
-        return self._with_headers(await self._relay(call, exchange, upstream), exchange)
+        return await self._dispatch(call, exchange, admitted)
 
     async def _coalesce(self, call: Call, exchange: Exchange, probe: Probe) -> Response | None:
         """The answer of an identical request already with the model, as a hit; None to go
@@ -217,13 +211,14 @@ class Pipeline:
         return HeldStream(answer, exchange, headers, hold.keepalive_s)
 
     async def _dispatch(self, call: Call, exchange: Exchange, admitted: Admitted) -> Response:
-        """`_answer`'s last steps (kept inline there, for requests that are not held)."""
+        """Acquire, forward (the model's fallbacks in turn, where it has some), relay: for
+        requests that go upstream, held for a start or not."""
         if call.fallbacks:
             upstream = await self._fallbacks.send(call, exchange, admitted)
-            return self._with_headers(await self._relay(call, exchange, upstream), exchange)
-        exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
-        path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
-        upstream = await forward(lease, path, call.raw, exchange.request_id, streamed=streamed)
+        else:
+            exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
+            path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
+            upstream = await forward(lease, path, call.raw, exchange.request_id, streamed=streamed)
         return self._with_headers(await self._relay(call, exchange, upstream), exchange)
 
     async def _relay(self, call: Call, exchange: Exchange, upstream: UpstreamResponse) -> Response:
