@@ -22,6 +22,7 @@ import anyio
 import orjson
 
 from backends.errors import EngineSleepError
+from backends.http import server_root
 from backends.providers.replicas import Replica
 
 POLL_S = 0.02  # between GET /is_sleeping while the engine gets there
@@ -47,7 +48,7 @@ class VllmSleep:
     async def _reach(self, replica: Replica, path: str, *, asleep: bool) -> None:
         deadline = time.monotonic() + self._timeout_s
         async with self._session() as session:
-            await _call(session, "POST", _root(replica) + path, self._headers)
+            await _call(session, "POST", server_root(replica.base_url) + path, self._headers)
             while await _is_sleeping(session, replica, self._headers) != asleep:
                 if time.monotonic() > deadline:
                     raise EngineSleepError(f"{replica.id}: {path} done, still not there")
@@ -61,7 +62,7 @@ class VllmSleep:
 async def _is_sleeping(
     session: aiohttp.ClientSession, replica: Replica, headers: dict[str, str]
 ) -> bool:
-    body = await _call(session, "GET", _root(replica) + "/is_sleeping", headers)
+    body = await _call(session, "GET", server_root(replica.base_url) + "/is_sleeping", headers)
     state = body.get("is_sleeping") if isinstance(body, dict) else None
     if not isinstance(state, bool):
         raise EngineSleepError(f"{replica.id}: /is_sleeping answered {body!r}")
@@ -82,11 +83,6 @@ async def _call(
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise EngineSleepError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
     return _json(data)
-
-
-def _root(replica: Replica) -> str:
-    """The server root: the replica's URL is the OpenAI one, under /v1."""
-    return replica.base_url.rstrip("/").removesuffix("/v1").rstrip("/")
 
 
 def _json(data: bytes) -> object:

@@ -179,3 +179,9 @@ def _translate(exc: Exception) -> Exception:
     if isinstance(exc, aiohttp.ClientError | OSError):
         return UpstreamConnectError(f"upstream connection failed: {type(exc).__name__}")
     return exc
+
+
+def server_root(base_url: str) -> str:
+    """The server an OpenAI-style base URL is on, without its `/v1`: where engines serve
+    their own endpoints (vLLM's /metrics, /sleep, /wake_up)."""
+    return base_url.rstrip("/").removesuffix("/v1").rstrip("/")

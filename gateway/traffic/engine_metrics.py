@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from backends.errors import BackendError
-from backends.http import HttpUpstream
+from backends.http import HttpUpstream, server_root
 
 Engine = Literal["vllm", "sglang", "tgi", "none"]
 
@@ -180,8 +180,7 @@ def metrics_url(base_url: str, path: str = "/metrics") -> str:
     """
     if path.startswith(("http://", "https://")):
         return path
-    root = base_url.rstrip("/").removesuffix("/v1").rstrip("/")
-    return f"{root}/{path.lstrip('/')}"
+    return f"{server_root(base_url)}/{path.lstrip('/')}"
 
 
 async def scrape(
