@@ -166,6 +166,9 @@ class Backend(Strict):
     retry: RetrySettings | None = None  # None: `traffic.retry`
     # Per model of this backend: the models tried in its place (gateway/fallback.py).
     fallbacks: dict[Name, list[Name]] = Field(default_factory=dict)
+    # Its models' requests whose estimated prompt is above this many tokens come here, the
+    # rest to the model's backend without it (gateway/prompt_size.py). None: it takes all.
+    prompt_tokens_above: int | None = Field(default=None, ge=1, le=2**31 - 1)
 
     @field_validator("base_url")
     @classmethod

@@ -116,9 +116,7 @@ async def build(
     pools = await build_pools(settings, metrics, stack, tasks)
     quotas = build_quotas(settings, metrics, stack, tasks)
     cache = await build_cache(settings, metrics, stack, tasks)
-    catalog = Catalog(
-        {model: b.name for b in settings.backends for model in b.models}, settings.tenants
-    )
+    catalog = Catalog(settings.model_routes(), settings.tenants)
     config_keys = configured_keys(settings.tenants, env)
     auth = Authenticator(store, config_keys)
     http_cache = HttpCache(cache, _policy(settings), metrics)

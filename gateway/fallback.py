@@ -121,7 +121,8 @@ class Fallbacks:
         self, model: str, call: Routed, exchange: Exchange, admitted: Admitted, reason: str
     ) -> UpstreamResponse | str:
         """`model`'s answer in place of the request's, or why it gave none."""
-        pool = self._pools[self._catalog.route(call.tenant.name, model).backend]
+        route = self._catalog.route(call.tenant.name, model, call.body.prompt_tokens())
+        pool = self._pools[route.backend]
         self._metrics.model_fallback(call.body.model, model, reason)
         if exchange.lease is not None:  # nothing of the last try reached the client
             exchange.lease.release(TokenUsage(0, 0), completed=False)

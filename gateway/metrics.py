@@ -144,6 +144,13 @@ class Metrics:
             ["tenant", "model", "action"],
             registry=r,
         )
+        self._prompt_size_routed = Counter(
+            "gateway_prompt_size_routed",
+            "Requests for a model with backends for long prompts (gateway/prompt_size.py), "
+            "by model and the backend the prompt's size picked.",
+            ["model", "backend"],
+            registry=r,
+        )
         self._cache_bad_hit_labels = Counter(
             "gateway_cache_bad_hit_labels",
             "Bad-hit reports by whether they became a wrong label of the error-bounded "
@@ -220,6 +227,9 @@ class Metrics:
 
     def degraded(self, tenant: str, model: str, action: str) -> None:
         self._degraded.labels(tenant, model, action).inc()
+
+    def prompt_size_routed(self, model: str, backend: str) -> None:
+        self._count(self._prompt_size_routed, ("p", model, backend))
 
     def cache_bad_hit_label(self, tenant: str, labelled: bool) -> None:
         self._cache_bad_hit_labels.labels(tenant, "yes" if labelled else "no").inc()

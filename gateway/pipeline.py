@@ -2,7 +2,8 @@
 
     parse        body within limits (gateway/body.py), typed request (gateway/openai_schema.py)
     authenticate the tenant's key (gateway/tenancy/auth.py)
-    route        model -> backend pool, tenant may use it (gateway/tenancy/tenants.py)
+    route        model and prompt size -> backend pool, tenant may use it
+                 (gateway/tenancy/tenants.py, gateway/prompt_size.py)
     admit        quotas reserve the estimated tokens (gateway/tenancy/quotas.py)
     cache        look the prompt up, answer a hit (gateway/cache_http.py -> cache/semantic.py)
     degrade      its queue would keep it too long: cap its output or send it to a cheaper
@@ -234,8 +235,10 @@ class Pipeline:
         return self._catalog.tenant(principal.tenant)
 
     def _route(self, body: OpenAIRequest, raw: bytes, tenant: Tenant, exchange: Exchange) -> Call:
-        route = self._catalog.route(tenant.name, body.model)
+        route = self._catalog.route(tenant.name, body.model, body.prompt_tokens())
         exchange.backend = route.backend
+        if route.by_size:
+            self._metrics.prompt_size_routed(route.model, route.backend)
         headers = exchange.headers
         priority = request_class(headers, tenant.priority, tenant.priority_header)
         # The deadline is the class's the request runs in, and started when it arrived.
@@ -318,7 +321,7 @@ class Pipeline:
             if degradation.max_tokens is None:
                 return None
             return Degradation(degradation.max_tokens, None)
-        route = self._catalog.route(call.tenant.name, model)
+        route = self._catalog.route(call.tenant.name, model, call.body.prompt_tokens())
         call.pool, call.fallbacks = self._pools[route.backend], self._chains.get(model, ())
         exchange.backend = route.backend
         return degradation

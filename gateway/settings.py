@@ -33,6 +33,7 @@ from gateway.backend_settings import (
 )
 from gateway.batch_settings import BatchFiles, BatchSettings
 from gateway.fallback_config import Chains, merge_chains
+from gateway.prompt_size import SizeRoutes, model_routes
 from gateway.settings_types import Name, Priority, S3Settings, Sha256Hex, Strict
 
 
@@ -267,8 +268,7 @@ class Settings(Strict):
     def _unique_names(self) -> Settings:
         _require_unique("backends", [b.name for b in self.backends])
         _require_unique("tenants", [t.name for t in self.tenants])
-        served = [model for backend in self.backends for model in backend.models]
-        _require_unique("models served by backends", served)
+        self.model_routes()  # raises ValueError when a model's backends are wrong
         self.fallback_chains()  # raises ValueError when they are wrong
         self._check_degrade()
         return self
@@ -293,11 +293,15 @@ class Settings(Strict):
                 raise ValueError(f"{where}: the tenant may not use {cheaper!r}")
 
     def model_names(self) -> list[str]:
-        return [model for backend in self.backends for model in backend.models]
+        return list(self.model_routes())
+
+    def model_routes(self) -> dict[str, SizeRoutes]:
+        """Per model, its backends by prompt size (gateway/prompt_size.py)."""
+        return model_routes(self.backends)
 
     def fallback_chains(self) -> Chains:
         """Per model with fallbacks, the models tried in its place, in order."""
-        backend_of = {model: b.name for b in self.backends for model in b.models}
+        backend_of = {model: routes.backends for model, routes in self.model_routes().items()}
         per_backend = {b.name: b.fallbacks for b in self.backends if b.fallbacks}
         return merge_chains(backend_of, self.fallbacks, per_backend)
 

@@ -99,7 +99,7 @@ def unroutable(catalog: Catalog, tenant: str, lines: list[InputLine]) -> list[In
     errors = []
     for model, index in first.items():
         try:
-            catalog.route(tenant, model)
+            catalog.route(tenant, model, 0)  # its lines are routed by size as they run
         except GatewayError as exc:
             number = index + 1
             message = f"Line {number}: {exc.message}"

@@ -69,8 +69,8 @@ class BatchClass(Catalog):
     def listing(self) -> list[tuple[Tenant, Source]]:
         return self._catalog.listing()
 
-    def route(self, tenant: str, model: str) -> ModelRoute:
-        return self._catalog.route(tenant, model)
+    def route(self, tenant: str, model: str, prompt_tokens: int) -> ModelRoute:
+        return self._catalog.route(tenant, model, prompt_tokens)
 
     def allows(self, tenant: str, model: str) -> bool:
         return self._catalog.allows(tenant, model)

@@ -1,4 +1,5 @@
-"""Which backend serves a model, and which models a tenant may use.
+"""Which backend serves a model (by the request's prompt size, where the model has
+backends for long prompts: gateway/prompt_size.py), and which models a tenant may use.
 
 Tenants come from the configuration, overlaid by those the admin API stored (see
 gateway/tenancy/tenant_store.py): an overlay replaces the configured tenant of the same name
@@ -13,6 +14,7 @@ from fnmatch import fnmatchcase
 from typing import Literal
 
 from gateway.errors import ModelNotAllowed, ModelNotFound, Unauthenticated
+from gateway.prompt_size import SizeRoutes
 from gateway.settings import Tenant, TenantProfile
 
 Source = Literal["config", "admin"]
@@ -22,10 +24,11 @@ Source = Literal["config", "admin"]
 class ModelRoute:
     model: str
     backend: str
+    by_size: bool = False  # picked by the prompt's size among the model's backends
 
 
 class Catalog:
-    def __init__(self, routes: dict[str, str], tenants: list[Tenant]) -> None:
+    def __init__(self, routes: Mapping[str, SizeRoutes], tenants: list[Tenant]) -> None:
         self._routes = routes
         self._configured = {t.name: t for t in tenants}
         self._tenants = dict(self._configured)
@@ -59,13 +62,16 @@ class Catalog:
             for name, tenant in sorted(self._tenants.items())
         ]
 
-    def route(self, tenant: str, model: str) -> ModelRoute:
-        backend = self._routes.get(model)
-        if backend is None:
+    def route(self, tenant: str, model: str, prompt_tokens: int) -> ModelRoute:
+        """Where a request for `model` whose prompt is estimated at `prompt_tokens` goes:
+        the one place a request's backend is picked (its model's, a fallback's, a degraded
+        request's)."""
+        routes = self._routes.get(model)
+        if routes is None:
             raise ModelNotFound(f"The model '{model}' does not exist.", param="model")
         if not self.allows(tenant, model):
             raise ModelNotAllowed(f"Your key may not use the model '{model}'.", param="model")
-        return ModelRoute(model, backend)
+        return ModelRoute(model, routes.backend_for(prompt_tokens), routes.by_size)
 
     def allows(self, tenant: str, model: str) -> bool:
         answer = self._allowed.get((tenant, model))

@@ -10,13 +10,14 @@ from gateway.batches.identity import BatchClass, LineAuthenticator, line_request
 from gateway.batches.lines import InputLine
 from gateway.disconnect import SERVER_CANCELS
 from gateway.errors import Unauthenticated
+from gateway.prompt_size import SizeRoutes
 from gateway.settings import Tenant
 from gateway.tenancy.tenants import Catalog
 
 
 def catalog() -> Catalog:
     tenants = [Tenant(name="acme", models=["m*"]), Tenant(name="solo", priority="batch")]
-    return Catalog({"m1": "backend-a", "x": "backend-b"}, tenants)
+    return Catalog({"m1": SizeRoutes("backend-a"), "x": SizeRoutes("backend-b")}, tenants)
 
 
 def test_the_view_delegates_every_method_of_the_catalog() -> None:
@@ -34,7 +35,7 @@ def test_every_tenant_is_in_the_batch_class_and_the_rest_is_the_catalogs() -> No
     view = BatchClass(inner)
     assert view.tenant("acme").priority == "batch"
     assert inner.tenant("acme").priority == "interactive"  # the online path is unchanged
-    assert view.route("acme", "m1").backend == "backend-a"
+    assert view.route("acme", "m1", 0).backend == "backend-a"
     assert view.models_for("acme") == ["m1"] and not view.allows("acme", "x")
     assert view.cache_scope("acme") == ("tenant:acme", ["acme"])
     assert view.find("nobody") is None and view.configured("acme")
