@@ -14,7 +14,10 @@ the capacity benchmark needs besides:
 - polls: GETs every `every_s` in [from_s, to_s) (the gateway's `/readyz`, the engine's
   `/metrics`), returned as text with their times;
 - a cut-off: requests still open `cutoff_s` after the phase began are cancelled (closing
-  their connections, so the engine aborts them) and recorded with code `cut`.
+  their connections, so the engine aborts them) and recorded with code `cut`;
+- optionally, response headers by name (`PhaseSpec.headers`: the gateway's
+  `x-model-fallback`, `x-degraded`), their values kept per request in `PhaseResult.headers`,
+  in the records' order (None: absent, or no answer).
 
 Each stream's arrivals come from its own generator seeded with (seed, stream index), so
 the same seed and rate give the same arrival times whatever the other streams are.
@@ -77,6 +80,7 @@ class PhaseSpec:
     streams: list[StreamSpec]
     actions: list[Action] = field(default_factory=list)
     polls: list[Poll] = field(default_factory=list)
+    headers: list[str] = field(default_factory=list)  # response headers kept per request
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)
@@ -106,6 +110,8 @@ class PhaseResult:
     wall_s: float = 0.0
     actions: list[tuple[float, int]] = field(default_factory=list)  # (done at s, status)
     polls: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    # With `PhaseSpec.headers`: per record (same order), those headers' values.
+    headers: list[list[str | None]] = field(default_factory=list)
 
     @staticmethod
     def from_json(raw: bytes) -> PhaseResult:
@@ -139,6 +145,7 @@ class _Phase:
         self.session = session
         self.spec = spec
         self.records: list[Record] = []
+        self.kept: list[list[str | None]] = []  # spec.headers' values, per record
         self.bodies = [s.body.encode() for s in spec.streams]
         self.headers = [_headers(s) for s in spec.streams]
         self.timeouts = [aiohttp.ClientTimeout(total=s.client_timeout_s) for s in spec.streams]
@@ -148,6 +155,7 @@ class _Phase:
         stream = self.spec.streams[index]
         sent = time.perf_counter()
         first_ms, status, code, timed_out, tokens = float("nan"), 0, None, False, 0
+        kept: list[str | None] = [None] * len(self.spec.headers)
         try:
             async with self.session.post(
                 self.spec.url,
@@ -155,6 +163,7 @@ class _Phase:
                 headers=self.headers[index],
                 timeout=self.timeouts[index],
             ) as answer:
+                kept = [answer.headers.get(name) for name in self.spec.headers]
                 first = await answer.content.readany()
                 first_ms = (time.perf_counter() - sent) * 1000.0
                 content = first + await answer.read()
@@ -179,6 +188,8 @@ class _Phase:
                 first_ms = latency_ms
             record = (index, sent - self.start, first_ms, latency_ms, status, code)
             self.records.append((*record, timed_out, tokens))
+            if self.spec.headers:
+                self.kept.append(kept)
 
     async def act(self, action: Action) -> tuple[float, int]:
         await asyncio.sleep(max(0.0, self.start + action.at_s - time.perf_counter()))
@@ -258,6 +269,7 @@ async def _run_phase(session: Any, spec: PhaseSpec) -> PhaseResult:
         wall_s=time.perf_counter() - start,
         actions=list(done_actions),
         polls={p.name: samples for p, samples in zip(spec.polls, polled, strict=True)},
+        headers=phase.kept,
     )
 
 

@@ -1,0 +1,141 @@
+"""The pure helpers of bench/workload_shapes.py."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pytest
+
+from bench.capacity_loadgen import PhaseResult, Record
+from bench.fake_engine import EngineParams, steady_capacity
+from bench.workload_shapes import (
+    BATCH,
+    INTERACTIVE,
+    SHAPES,
+    SHARES,
+    Phase,
+    bound_rps,
+    budget_allowed,
+    budget_burst,
+    counter,
+    delta,
+    engine_figures,
+    failed_attempts,
+    gateway_counts,
+    offered,
+)
+from gateway.settings import TrafficSettings
+
+BEFORE = """\
+# TYPE gateway_retries counter
+gateway_retries_total{backend="primary-pool",reason="connect_error"} 2.0
+# TYPE gateway_upstream_errors counter
+gateway_upstream_errors_total{backend="primary-pool",kind="UpstreamConnectError"} 1.0
+gateway_upstream_errors_total{backend="secondary-pool",kind="timeout"} 7.0
+"""
+AFTER = """\
+# TYPE gateway_retries counter
+gateway_retries_total{backend="primary-pool",reason="connect_error"} 5.0
+# TYPE gateway_upstream_errors counter
+gateway_upstream_errors_total{backend="primary-pool",kind="UpstreamConnectError"} 3.0
+gateway_upstream_errors_total{backend="primary-pool",kind="deadline"} 1.0
+gateway_upstream_errors_total{backend="secondary-pool",kind="timeout"} 9.0
+# TYPE gateway_model_fallbacks counter
+gateway_model_fallbacks_total{fallback="secondary",model="primary",reason="unavailable"} 4.0
+# TYPE gateway_degraded counter
+gateway_degraded_total{action="max_tokens",model="m",tenant="batch"} 6.0
+# TYPE gateway_shed counter
+gateway_shed_total{backend="gpu",class="batch",reason="deadline_unreachable"} 11.0
+gateway_shed_total{backend="gpu",class="interactive",reason="deadline_unreachable"} 1.0
+"""
+
+
+def test_counter_sums_matching_samples_by_their_other_labels() -> None:
+    found = counter(AFTER, "gateway_upstream_errors_total", backend="primary-pool")
+    assert found == {"kind=UpstreamConnectError": 3.0, "kind=deadline": 1.0}
+    fallbacks = counter(AFTER, "gateway_model_fallbacks_total", model="primary")
+    assert fallbacks == {"fallback=secondary,reason=unavailable": 4.0}
+    assert counter(AFTER, "gateway_retries_total", backend="absent") == {}
+
+
+def test_delta_counts_series_absent_before_from_zero() -> None:
+    changed = delta(BEFORE, AFTER, "gateway_upstream_errors_total", backend="primary-pool")
+    assert changed == {"kind=UpstreamConnectError": 2.0, "kind=deadline": 1.0}
+
+
+def test_failed_attempts_are_the_retried_and_the_given_up_ones_of_the_backend() -> None:
+    assert failed_attempts(BEFORE, AFTER, "primary-pool") == 3.0 + 3.0
+    assert failed_attempts(BEFORE, AFTER, "secondary-pool") == 2.0
+
+
+def test_budget_burst_is_the_token_cap_and_a_full_reserve() -> None:
+    traffic = TrafficSettings()
+    assert budget_burst(traffic.retry_budget_ratio, traffic.retry_min_per_s) == 10 + 3
+    assert budget_burst(0.0, 3.0) == 3  # nothing saved: the reserve alone
+    assert budget_burst(0.2, 0.0) == 10
+
+
+def test_budget_allows_one_attempt_each_plus_ratio_refill_and_burst() -> None:
+    traffic = TrafficSettings()
+    assert budget_allowed(100, 10.0, traffic, 13) == pytest.approx(100 * 1.2 + 3 * 10 + 13)
+
+
+def test_offered_scales_the_mix_then_batch_takes_the_excess() -> None:
+    assert offered(0.5) == {INTERACTIVE: SHARES[INTERACTIVE] / 2, BATCH: SHARES[BATCH] / 2}
+    assert offered(5.0) == pytest.approx({INTERACTIVE: SHARES[INTERACTIVE], BATCH: 4.3})
+    assert sum(offered(5.0).values()) == pytest.approx(5.0)
+
+
+def test_bound_lies_between_the_shapes_own_bounds() -> None:
+    params = EngineParams()
+    each = [steady_capacity(params, s.prompt_tokens, s.max_tokens)[1] for s in SHAPES.values()]
+    assert min(each) < bound_rps(params) < max(each)
+
+
+def phase_of(
+    records: list[Record], headers: list[list[str | None]], **polls: list[tuple[float, str]]
+) -> Phase:
+    result = PhaseResult(records=records, headers=headers, polls=polls)
+    return Phase(result, (1.0, 3.0))
+
+
+def test_phase_windows_by_send_time_and_by_completion() -> None:
+    records: list[Record] = [
+        (0, 0.5, 10.0, 600.0, 200, None, False, 16),  # sent before, done in the window
+        (1, 1.5, 900.0, 900.0, 200, None, False, 64),  # sent and done in it
+        (1, 2.5, 900.0, 900.0, 200, None, False, 256),  # sent in it, done after
+        (1, 2.0, 1.0, 1.0, 503, "overloaded", False, 0),
+    ]
+    phase = phase_of(records, [[None], ["max_tokens=64"], [None], [None]])
+    assert phase.sent() == [1, 2, 3]
+    assert phase.sent([0]) == []
+    assert phase.done([0, 1]) == [0, 1]
+    assert phase.header(1) == "max_tokens=64"
+    assert phase.seconds == 2.0
+
+
+def test_phase_without_kept_headers_reads_none() -> None:
+    phase = phase_of([(0, 1.5, 1.0, 2.0, 200, None, False, 16)], [])
+    assert phase.header(0) is None
+
+
+def test_engine_figures_from_its_stats_at_the_window_edges() -> None:
+    first = {"generation_tokens": 100, "busy_steps": 10, "busy_s": 0.2, "aborted": 1}
+    last = {"generation_tokens": 1100, "busy_steps": 60, "busy_s": 1.2, "aborted": 3}
+    samples = [
+        (1.0, orjson.dumps({**first, "clock_s": 50.0}).decode()),
+        (3.0, orjson.dumps({**last, "clock_s": 52.0}).decode()),
+    ]
+    figures = engine_figures(phase_of([], [], engine=samples))
+    assert figures["engine_tokens_per_s"] == pytest.approx(500.0)
+    assert figures["engine_step_ms_mean"] == pytest.approx(20.0)
+    assert figures["engine_aborted"] == 2
+    assert engine_figures(phase_of([], [])) == {}
+
+
+def test_gateway_counts_of_the_batch_class_in_the_window() -> None:
+    samples = [(1.0, BEFORE), (3.0, AFTER)]
+    counted = gateway_counts(phase_of([], [], metrics=samples))
+    assert counted == {"degraded_requests": 6.0, "shed_requests": 11.0}
+    assert math.isclose(sum(counted.values()), 17.0)
