@@ -14,10 +14,12 @@ The model (then each fallback in turn) is left for the next one when it is
 always before anything of the answer was sent to the client (the retries' rule), within
 the request's deadline. Not on a timeout (the model may be doing the work, and the deadline
 is all but spent) nor on other statuses (the answer stands: a 400 says the request is
-wrong, whichever model reads it). A fallback is one more upstream attempt for the same
-request: each costs a token of the retry budget of the pool the request came to, and the
-fallback's own retries spend from that budget too (one budget however many models a
-request tries, so that an outage does not multiply the load on the others). Fallbacks the
+wrong, whichever model reads it). A fallback after a model that called its upstream is
+one more upstream attempt for the same request: it costs a token of the retry budget of
+the pool the request came to, and the fallback's own retries spend from that budget too
+(one budget however many models a request tries, so that an outage does not multiply the
+load on the others). After a model that called no upstream (no replica, circuit open,
+shed, start too slow) the fallback's call is the request's first, and free. Fallbacks the
 tenant may not use are skipped. When none answers, the client gets the first model's
 error, as if there were no fallbacks.
 
@@ -105,7 +107,9 @@ class Fallbacks:
         for model in call.fallbacks:
             if not self._catalog.allows(call.tenant.name, model):
                 continue
-            if call.deadline.answer_by() <= time.monotonic() or not call.pool.budget.try_spend():
+            if call.deadline.answer_by() <= time.monotonic():
+                break
+            if _called_upstream(exchange) and not call.pool.budget.try_spend():
                 break
             answered = await self._fall_back(model, call, exchange, admitted, reason)
             if isinstance(answered, UpstreamResponse):
@@ -155,6 +159,17 @@ class Fallbacks:
         path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
         rid = exchange.request_id
         return await forward(lease, path, body, rid, streamed=streamed, budget=budget)
+
+
+def _called_upstream(exchange: Exchange) -> bool:
+    """Whether the model that just failed made an upstream call. Only then is its fallback
+    a retry, one more call for the request, paid from the retry budget. One that made none
+    (no replica, its circuit open, its queue shed the request, its start too slow) cost
+    the upstreams nothing: its fallback's call is the request's first, and charging it
+    refused two thirds of the requests for a model whose circuit was open at half the
+    fallback's capacity (bench/workload_shapes.py), with the fallback idle."""
+    lease = exchange.lease
+    return lease is not None and lease.attempts > 0
 
 
 def _failing(status: int) -> bool:

@@ -320,6 +320,7 @@ class Lease:
         self.replica: ReplicaHandle | None = None
         self.sent_at: float | None = None  # perf_counter when `forward` began
         self.streamed = False  # set by `forward`: a stream's sample is its first token
+        self.attempts = 0  # upstream calls made (`use`): 0 when none could be
         self._released = False
 
     @property
@@ -332,6 +333,7 @@ class Lease:
     def use(self, replica: ReplicaHandle) -> None:
         """The attempt about to be made goes to `replica` (replacing the last one's)."""
         self.leave_replica()
+        self.attempts += 1
         replica.in_flight += 1
         replica.capacity.sent(self.tokens)
         self.replica = replica

@@ -150,3 +150,40 @@ def test_no_fallback_once_the_answer_has_begun(gateway: Gateway, upstream: str) 
                 text += chunk.choices[0].delta.content or "" if chunk.choices else ""
     assert text.startswith("echo:")
     assert small_calls(upstream) == before
+
+
+def test_a_model_whose_circuit_is_open_costs_its_fallbacks_no_retry_budget(
+    gateway_factory: GatewayFactory, upstream: str, tmp_path: Path
+) -> None:
+    """The first request's call to the dead primary fails and opens its circuit (one
+    failure opens it); its fallback spends the budget's one token. After that the primary
+    calls no upstream at all, so each later request's fallback is its first and only
+    upstream call: all are answered, none costs a token (there is none left)."""
+    config = {
+        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
+        "cache": {"enabled": False},
+        "backends": [
+            {
+                "name": "primary",
+                "base_url": f"http://127.0.0.1:{free_port()}/v1",
+                "models": ["big"],
+            },
+            {"name": "spare", "base_url": upstream, "models": ["small"]},
+        ],
+        "fallbacks": {"big": ["small"]},
+        "tenants": [{"name": "a", "keys": [{"sha256": hash_of(KEY)}]}],
+        "traffic": {
+            "retry_budget_ratio": 0,
+            "retry_min_per_s": 0.1,
+            "retry": {"max_attempts": 1},
+            "breaker_failures": 1,
+            "breaker_open_s": 60,
+        },
+    }
+    gateway = gateway_factory(config)
+    before = small_calls(upstream)
+    answers = [ask(gateway, "big") for _ in range(6)]
+    assert [raw.headers["x-model-fallback"] for raw in answers] == ["small"] * 6
+    assert small_calls(upstream) - before == 6
+    assert metric(gateway, "gateway_upstream_errors_total", backend="primary") == 1
+    assert metric(gateway, "gateway_model_fallbacks_total", reason="unavailable") == 5
