@@ -40,6 +40,7 @@ from gateway.batches.policy import backoff_s, retryable
 from gateway.batches.store import BatchStore
 from gateway.openai_schema import Kind
 from gateway.settings import BatchSettings
+from gateway.traffic.retry import parse_retry_after
 
 _log = logging.getLogger("gateway.batches")
 Ending = Literal["completed", "cancelled", "expired", "lost"]
@@ -205,9 +206,9 @@ class JobRun:
             return  # not run: the error file says so
         attempt = self._attempts[index] = self._attempts.get(index, 0) + 1
         settings = self._c.settings
-        wait_s = backoff_s(
-            attempt, retry_after, settings.retry_base_s, settings.retry_cap_s, self._c.rng.random()
-        )
+        after_s = parse_retry_after(retry_after, time.time())
+        draw = self._c.rng.random()
+        wait_s = backoff_s(attempt, after_s, settings.retry_base_s, settings.retry_cap_s, draw)
         heapq.heappush(self._retries, (_now() + wait_s, index))
         self._c.outcome("retried")
 

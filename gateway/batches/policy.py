@@ -9,7 +9,6 @@ request larger than a quota on its own) and every other answer are the line's re
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 MAX_EXPONENT = 30  # 2**30 times the base is past any cap; keeps the power finite
@@ -22,21 +21,12 @@ def retryable(status: int, headers: Mapping[str, str]) -> bool:
 
 
 def backoff_s(
-    attempt: int, retry_after: str | None, base_s: float, cap_s: float, draw: float
+    attempt: int, retry_after_s: float | None, base_s: float, cap_s: float, draw: float
 ) -> float:
     """Seconds before attempt `attempt + 1` (`attempt` >= 1): full jitter below
-    `base_s * 2**(attempt - 1)`, at most `cap_s`, and never sooner than `Retry-After`
-    (a quota's day can be hours away: the job's window bounds that wait, not the cap).
+    `base_s * 2**(attempt - 1)`, at most `cap_s`, and never sooner than the answer's
+    `Retry-After` (`retry_after_s`, as gateway/traffic/retry.py `parse_retry_after` reads
+    it; a quota's day can be hours away: the job's window bounds that wait, not the cap).
     `draw` is uniform in [0, 1)."""
     ceiling = min(cap_s, base_s * 2.0 ** min(attempt - 1, MAX_EXPONENT))
-    return max(ceiling * draw, _seconds(retry_after))
-
-
-def _seconds(value: str | None) -> float:
-    if value is None:
-        return 0.0
-    try:
-        seconds = float(value)
-    except ValueError:
-        return 0.0  # an HTTP date: the gateway itself never sends one
-    return seconds if math.isfinite(seconds) and seconds > 0 else 0.0
+    return max(ceiling * draw, retry_after_s or 0.0)
