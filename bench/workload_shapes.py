@@ -49,7 +49,11 @@ Scenario `degrade` (README "Degradation under overload"): the fake engine
 (bench/fake_engine.py, as bench/capacity.py runs it: its defaults, Llama-3.1-8B on an A100
 40GB, with `--scheduling-policy priority`; output is exactly max_tokens tokens) behind a
 gateway with the backend as deployed in front of vLLM (`engine: vllm`,
-`priority_scheduling: true`, adaptive concurrency: no limit given). Two tenants:
+`priority_scheduling: true`, adaptive concurrency: no limit given), backend `gpu`. Mode
+on_model's gateway has a second backend so deployed, `small`: a second fake engine serving
+`bench-small`, a cheaper model (about a quarter the size: a quarter of the per-token step
+and prefill costs, half the fixed step cost; steady_capacity for batch's shape ~3.4x the
+first's). Two tenants (any model allowed):
 
     interactive  class interactive: 32-token prompts, 16 output tokens, streamed;
                  `x-request-timeout: 3`, gives up at 3.75 s (whole stream)
@@ -63,13 +67,26 @@ bench/capacity.py's search of its latency objective lands for its own mix. The m
 load 1: interactive 70% of the requests, batch 30%. `load`: 0.5 (both streams at half:
 the unloaded baseline) and 5 (interactive at its share, 0.7 x capacity; batch the rest,
 4.3 x capacity, about twice what the engine completes at its bound). Each `mode` has its
-own gateway, against the same engine, one phase after another (0.5 then 5, mode off then
-on; the same arrival times in both modes):
+own gateway, against the same engine (and on_model's the small one too), one phase after
+another (0.5 then 5; modes off, on, on_model; the same arrival times in every mode):
 
-    mode off  no degrade policy
-    mode on   tenant batch: `degrade: {when_wait_over: 0.3, max_tokens: 64}`: a batch
-              request whose expected queue wait exceeds 0.3 of its time left has its
-              output capped at 64 tokens (the queue sheds at 0.5)
+    mode off       no degrade policy
+    mode on        tenant batch: `degrade: {when_wait_over: 0.3, max_tokens: 64}`: a batch
+                   request whose expected queue wait exceeds 0.3 of its time left has its
+                   output capped at 64 tokens (the queue sheds at 0.5)
+    mode on_model  tenant batch: `degrade: {when_wait_over: 0.3, model: bench-small}`: such
+                   a request goes to bench-small's queue and engine instead, whole (256
+                   tokens), and is shed there only if that queue cannot meet its deadline
+
+What each shows: `on` whether capping output buys token goodput on the same engine;
+`on_model` whether moving the excess to other capacity does. A finding of the `on` runs,
+not a target: on a continuous-batching engine whose running count the gateway's learned
+limit holds, tokens/s is about running / step time whatever max_tokens is, so the cap ends
+answers sooner and adds a prefill per 64 output tokens instead of per 256 (token goodput on
+/ off 0.75 and 0.60 in the first quick runs); and the capped requests still join the one
+queue, which sheds most of them (625 of 631). In the first `on_model` runs token goodput
+rose (1.3 to 2.3x off's), bounded by the small backend's learned limit: 6 to 10 in flight,
+its engine's steps near their fixed cost, so its queue shed most of the moved requests too.
 
 Figures (`scenario` degrade, by `mode` and `load`; answers completed in the window, or
 requests sent in it):
@@ -78,9 +95,12 @@ requests sent in it):
                                (streams complete) completed in the window, per second; by
                                `class` too (all, interactive, batch)
     goodput_rps                those answers, per second; by class
-    goodput_tokens_ratio_on_vs_off  mode on's goodput_tokens_per_s / mode off's, same load
+    goodput_tokens_ratio_on_vs_off, goodput_tokens_ratio_on_model_vs_off
+                               the mode's goodput_tokens_per_s / mode off's, same load
     degraded_share             class batch: of its answers 200 completed in the window,
                                those carrying `x-degraded`
+    served_by_small_share      of the same, those whose `x-degraded` names `model=bench-small`
+                               (the load generator keeps headers, not bodies)
     ttft_p99_ms                interactive time to first token (the body's first bytes),
                                of the streams answered 200 sent in the window
     p99_ratio_vs_unloaded      ttft_p99_ms / the same mode's at load 0.5
@@ -95,15 +115,19 @@ requests sent in it):
     engine_tokens_per_s        tokens the engine generated in the window, per second,
                                answered or not; engine_step_ms_mean, engine_aborted (its
                                /_stats at the window's edges): what bounds token goodput
+    backend `small`            mode on_model: the same limit, queue and engine figures for
+                               the cheaper backend (lines with `backend: small`; those
+                               without are `gpu`'s), and shed_requests by `backend`
     loadgen_lag_p99_ms         how late arrivals left the load generator
 
 Last, `target_met` (1 or 0) for the issue's claims: per fallback load, every answer from
 the fallback (answers_ok_share >= 0.99) and upstream attempts within the budget (both
-scopes); at load 5, mode on: token goodput above mode off's, interactive TTFT p99 within
-2x its unloaded value, no interactive client timeouts.
+scopes); at load 5, modes on and on_model each: token goodput above mode off's,
+interactive TTFT p99 within 2x its unloaded value, no interactive client timeouts.
 
-    python bench/workload_shapes.py            # about five minutes
-    python bench/workload_shapes.py --quick    # the same scenarios, short phases, ~90 s
+    python bench/workload_shapes.py            # about six and a half minutes
+    python bench/workload_shapes.py --quick    # the same scenarios, short phases, ~2 min
+                                               # (degrade alone ~90 s: windows unchanged)
     python bench/workload_shapes.py --quick --scenarios fallback
 
 Quick windows hold few requests (the light fallback load: about eight; the degrade
@@ -129,7 +153,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,9 +170,9 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from bench import overload  # noqa: E402
 from bench.capacity import (  # noqa: E402
+    ENGINE,
     MODEL,
     Engine,
-    capacity_view,
     good,
     is_refusal,
     unexpected,
@@ -166,7 +190,7 @@ from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
 from bench.measure import percentile  # noqa: E402
 from gateway.settings import TrafficSettings  # noqa: E402
 from gateway.traffic.retry import RetryBudget  # noqa: E402
-from tests.support.processes import Gateway, ServerProcess  # noqa: E402
+from tests.support.processes import Gateway, ServerProcess, free_port  # noqa: E402
 
 BENCH = "workload_shapes"
 CHAT_PATH = "/v1/chat/completions"
@@ -182,6 +206,7 @@ FALLBACK_DEADLINE = overload.DEADLINES["interactive"]  # (x-request-timeout, cli
 # --- degrade
 INTERACTIVE, BATCH = "interactive", "batch"
 STREAMS = (INTERACTIVE, BATCH)  # the load generator's stream order
+GPU, SMALL = "gpu", "small"  # the backends: the engine serving MODEL, the cheaper one's
 
 
 @dataclass(frozen=True)
@@ -200,10 +225,26 @@ SHARES = {INTERACTIVE: 0.7, BATCH: 0.3}  # of capacity (requests), at load 1
 # A rough capacity under the latency objective, of the engine's steady-state bound: where
 # bench/capacity.py's search lands for its mix (bench/batch_interference.py uses it too).
 CAPACITY_OF_BOUND = 0.45
-DEGRADE = {"when_wait_over": 0.3, "max_tokens": 64}
+SMALL_MODEL = "bench-small"
+# The cheaper model's engine: a model about a quarter the size (a 2B beside the 8B), so a
+# quarter of the per-token compute (each running sequence's share of a step, each prompt
+# token) and half the fixed step cost (weights read, launches); the same KV budget.
+SMALL_ENGINE = replace(
+    ENGINE,
+    model=SMALL_MODEL,
+    step_a_ms=ENGINE.step_a_ms / 2,
+    step_b_ms=ENGINE.step_b_ms / 4,
+    prefill_ms_per_token=ENGINE.prefill_ms_per_token / 4,
+)
+# Tenant batch's policy by mode: none (off), the output cap (on), the cheaper model.
+DEGRADES: dict[str, dict[str, Any]] = {
+    "on": {"when_wait_over": 0.3, "max_tokens": 64},
+    "on_model": {"when_wait_over": 0.3, "model": SMALL_MODEL},
+}
+ACTIONS = {"on": "max_tokens", "on_model": "model"}  # gateway_degraded_total's `action`
 UNLOADED, OVERLOAD = 0.5, 5.0
 SEEDS = {UNLOADED: 5, OVERLOAD: 50}
-MODES = ("off", "on")
+MODES = ("off", "on", "on_model")
 
 
 @dataclass(frozen=True)
@@ -626,23 +667,56 @@ def offered(load: float) -> dict[str, float]:
     return {INTERACTIVE: SHARES[INTERACTIVE], BATCH: load - SHARES[INTERACTIVE]}
 
 
-def degrade_config(engine_url: str, work_dir: Path, mode: str) -> dict[str, Any]:
-    batch = tenant(BATCH, "batch", **({"degrade": DEGRADE} if mode == "on" else {}))
+def engine_backend(name: str, url: str, model: str) -> dict[str, Any]:
+    """A backend as deployed in front of vLLM: adaptive concurrency from its metrics."""
+    return {
+        "name": name,
+        "kind": "http",
+        "base_url": url + "/v1",
+        "models": [model],
+        "engine": "vllm",
+        "priority_scheduling": True,
+    }
+
+
+def degrade_config(engines: dict[str, str], work_dir: Path, mode: str) -> dict[str, Any]:
+    """Mode on_model's gateway also has the cheaper model's backend (its policy must name
+    a served model; tenants may use any model); the others have the one engine alone."""
+    backends = [engine_backend(GPU, engines[GPU], MODEL)]
+    if mode == "on_model":
+        backends.append(engine_backend(SMALL, engines[SMALL], SMALL_MODEL))
+    policy = {"degrade": DEGRADES[mode]} if mode in DEGRADES else {}
     return {
         "state": {"url": "memory", "path": str(work_dir / f"state-degrade-{mode}.json")},
         "cache": {"enabled": False},
-        "backends": [
-            {
-                "name": "gpu",
-                "kind": "http",
-                "base_url": engine_url + "/v1",
-                "models": [MODEL],
-                "engine": "vllm",
-                "priority_scheduling": True,
-            }
-        ],
-        "tenants": [tenant(INTERACTIVE, "interactive"), batch],
+        "backends": backends,
+        "tenants": [tenant(INTERACTIVE, "interactive"), tenant(BATCH, "batch", **policy)],
     }
+
+
+def engine_flags(params: EngineParams) -> list[str]:
+    """The fake engine's flags for `params` (those that differ from its defaults)."""
+    defaults, flags = EngineParams(), []
+    for field in fields(EngineParams):
+        value = getattr(params, field.name)
+        if value != getattr(defaults, field.name):
+            flags += ["--" + field.name.replace("_", "-"), str(value)]
+    return flags
+
+
+class SmallEngine(Engine):
+    """The cheaper model's fake engine: bench/capacity.py's Engine (its control endpoints),
+    started with SMALL_ENGINE's flags."""
+
+    def __init__(self, work_dir: Path) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "bench.fake_engine", "--port", str(port)]
+        self.server = ServerProcess(
+            command + engine_flags(SMALL_ENGINE),
+            self.url + "/health",
+            work_dir / f"engine-small-{port}.log",
+        ).start()
 
 
 def degrade_streams(rates: dict[str, float]) -> list[StreamSpec]:
@@ -657,11 +731,21 @@ def degrade_streams(rates: dict[str, float]) -> list[StreamSpec]:
     return result
 
 
-def learned(phase: Phase) -> dict[str, float]:
-    """The gateway's limit, requests in flight and queued: means of /readyz in the window."""
+def pool_view(readyz: str, backend: str) -> dict[str, Any] | None:
+    """The backend's entry of /readyz's `capacity` (None if it has none)."""
+    try:
+        views = orjson.loads(readyz).get("capacity") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    view = views.get(backend) if isinstance(views, dict) else None
+    return view if isinstance(view, dict) else None
+
+
+def learned(phase: Phase, backend: str = GPU) -> dict[str, float]:
+    """The backend's limit, requests in flight and queued: means of /readyz in the window."""
     low, high = phase.window
     polled = phase.result.polls.get("readyz", [])
-    views = [capacity_view(text) for t, text in polled if low <= t < high]
+    views = [pool_view(text, backend) for t, text in polled if low <= t < high]
     inside = [v for v in views if v]
     means: dict[str, float] = {}
     for key, metric in (("limit", "concurrency_limit_mean"), ("in_flight", "in_flight_mean")):
@@ -679,11 +763,11 @@ ENGINE_UNITS = {
 }
 
 
-def engine_figures(phase: Phase) -> dict[str, float]:
-    """What the engine did in the window, from its /_stats at the window's edges: tokens
-    generated per second (answers no client got included), its mean step time, requests it
-    aborted (their clients went away)."""
-    polled = phase.result.polls.get("engine", [])
+def engine_figures(phase: Phase, poll: str = "engine") -> dict[str, float]:
+    """What an engine did in the window, from its /_stats at the window's edges (`poll`):
+    tokens generated per second (answers no client got included), its mean step time,
+    requests it aborted (their clients went away)."""
+    polled = phase.result.polls.get(poll, [])
     if len(polled) != 2:
         return {}
     first, last = (orjson.loads(text) for _, text in polled)
@@ -696,23 +780,44 @@ def engine_figures(phase: Phase) -> dict[str, float]:
     }
 
 
-def gateway_counts(phase: Phase) -> dict[str, float]:
+def gateway_counts(phase: Phase, action: str = "max_tokens") -> dict[str, float]:
     """The gateway's own counts of batch requests in the window (/metrics at its edges):
-    degraded (when they joined the queue, shed later or not) and shed."""
+    degraded by `action` (when they joined the queue, shed later or not) and shed."""
     polled = phase.result.polls.get("metrics", [])
     if len(polled) != 2:
         return {}
     (_, before), (_, after) = polled
-    degraded = delta(before, after, "gateway_degraded_total", tenant=BATCH, action="max_tokens")
+    degraded = delta(before, after, "gateway_degraded_total", tenant=BATCH, action=action)
     shed = delta(before, after, "gateway_shed_total", **{"class": BATCH})
     return {"degraded_requests": sum(degraded.values()), "shed_requests": sum(shed.values())}
 
 
+def shed_by_backend(phase: Phase) -> dict[str, float]:
+    """Batch requests shed in the window, by the backend whose queue refused them."""
+    polled = phase.result.polls.get("metrics", [])
+    if len(polled) != 2:
+        return {}
+    (_, before), (_, after) = polled
+    found: dict[str, float] = {}
+    for labels, count in delta(before, after, "gateway_shed_total", **{"class": BATCH}).items():
+        fields_ = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
+        backend = fields_.get("backend", "")
+        found[backend] = found.get(backend, 0.0) + count
+    return found
+
+
+def served_by(phase: Phase, indexes: list[int], model: str) -> int:
+    """Answers whose `x-degraded` header says they were sent to `model`."""
+    return sum(1 for i in indexes if f"model={model}" in (phase.header(i) or "").split(", "))
+
+
 class DegradeBench:
-    def __init__(self, plan: Plan, loadgen: CapacityLoadGenerator, engine: Engine) -> None:
+    def __init__(
+        self, plan: Plan, loadgen: CapacityLoadGenerator, engines: dict[str, Engine]
+    ) -> None:
         self.plan = plan
         self.loadgen = loadgen
-        self.engine = engine
+        self.engines = engines
         self.bound = bound_rps(EngineParams())
         self.capacity = CAPACITY_OF_BOUND * self.bound
         self.unloaded_p99: dict[str, float] = {}  # by mode
@@ -723,17 +828,26 @@ class DegradeBench:
         emit("capacity_rps", self.capacity, "req/s", scenario="degrade", bound_rps=bound)
         for mode in MODES:
             for load in (UNLOADED, OVERLOAD):
-                phase = self.phase(gateways[mode], load)
+                phase = self.phase(gateways[mode], load, mode)
                 self.summary[(mode, load)] = self.report(mode, load, phase)
-        for load in (UNLOADED, OVERLOAD):
-            off, on = self.summary[("off", load)], self.summary[("on", load)]
-            gain = ratio(on["tokens"], off["tokens"])
-            params = {"scenario": "degrade", "load": load, "mode": "on"}
-            emit("goodput_tokens_ratio_on_vs_off", gain, "ratio", **params)
-            progress(f"degrade load {load:g}: token goodput on / off {gain:.3f}")
-        self.targets()
+        for mode in DEGRADES:
+            for load in (UNLOADED, OVERLOAD):
+                on, off = self.summary[(mode, load)], self.summary[("off", load)]
+                gain = ratio(on["tokens"], off["tokens"])
+                params = {"scenario": "degrade", "load": load, "mode": mode}
+                emit(f"goodput_tokens_ratio_{mode}_vs_off", gain, "ratio", **params)
+                progress(f"degrade load {load:g}: token goodput {mode} / off {gain:.3f}")
+        for mode in DEGRADES:
+            self.targets(mode)
 
-    def phase(self, gateway: Gateway, load: float) -> Phase:
+    def engines_of(self, mode: str) -> dict[str, Engine]:
+        """The engines mode `mode`'s gateway sends to, by their /_stats poll's name."""
+        engines = {"engine": self.engines[GPU]}
+        if mode == "on_model":
+            engines["small_engine"] = self.engines[SMALL]
+        return engines
+
+    def phase(self, gateway: Gateway, load: float, mode: str) -> Phase:
         plan = self.plan
         if load == UNLOADED:
             warm, window = plan.unloaded_warm_s, plan.unloaded_window_s
@@ -741,6 +855,7 @@ class DegradeBench:
             warm, window = plan.overload_warm_s, plan.overload_window_s
         low, high = warm, warm + window
         rates = {name: share * self.capacity for name, share in offered(load).items()}
+        engines = self.engines_of(mode)
         spec = PhaseSpec(
             gateway.url + CHAT_PATH,
             high,
@@ -749,13 +864,17 @@ class DegradeBench:
             degrade_streams(rates),
             polls=[
                 Poll("readyz", gateway.url + "/readyz", 0.5, low, high),
-                Poll("engine", self.engine.url + "/_stats", high - low, low, high + 1e-3),
+                *(
+                    Poll(name, engine.url + "/_stats", high - low, low, high + 1e-3)
+                    for name, engine in engines.items()
+                ),
                 Poll("metrics", gateway.url + "/metrics", high - low, low, high + 1e-3),
             ],
             headers=[DEGRADED_HEADER],
         )
         result = self.loadgen.run(spec)
-        self.engine.wait_idle()
+        for engine in engines.values():
+            engine.wait_idle()
         wait_gateway_idle(gateway)
         return Phase(result, (low, high))
 
@@ -779,6 +898,9 @@ class DegradeBench:
         degraded = sum(1 for i in batch_done if phase.header(i) is not None)
         degraded_share = ratio(degraded, len(batch_done))
         emit("degraded_share", degraded_share, "ratio", **params, **{"class": BATCH})
+        small = served_by(phase, batch_done, SMALL_MODEL)
+        small_share = ratio(small, len(batch_done))
+        emit("served_by_small_share", small_share, "ratio", **params, **{"class": BATCH})
         ttft = [r[2] for r in records(phase, phase.sent([index[INTERACTIVE]])) if good(r)]
         p99 = percentile(ttft, 99)
         if load == UNLOADED:
@@ -796,35 +918,57 @@ class DegradeBench:
         engine = engine_figures(phase)
         for metric, value in engine.items():
             emit(metric, value, ENGINE_UNITS[metric], **params)
-        counted = gateway_counts(phase)
+        counted = gateway_counts(phase, ACTIONS.get(mode, "max_tokens"))
         for metric, value in counted.items():
             emit(metric, value, "requests", **params, **{"class": BATCH})
+        small_figures = self.report_small(phase, params) if mode == "on_model" else ""
         emit("loadgen_lag_p99_ms", phase.result.lag_p99_ms, "ms", **params)
         interactive_timeouts = sum(1 for r in phase.result.records if r[0] == 0 and r[6])
         progress(
             f"degrade {mode} load {load:g}: tokens/s {tokens['all']:.0f} (interactive "
             f"{tokens[INTERACTIVE]:.0f}, batch {tokens[BATCH]:.0f}), degraded "
-            f"{degraded}/{len(batch_done)}, TTFT p99 {p99:.0f} ms (x{p99_ratio:.2f}), "
-            f"interactive timeouts {interactive_timeouts}, other {len(odd)}"
+            f"{degraded}/{len(batch_done)} (to {SMALL_MODEL} {small}), TTFT p99 {p99:.0f} ms "
+            f"(x{p99_ratio:.2f}), interactive timeouts {interactive_timeouts}, other {len(odd)}"
             + (f" first {odd[0]}" if odd else "")
             + f", cut {cut}, limit {limits['concurrency_limit_mean']:.1f} (in flight "
             f"{limits['in_flight_mean']:.1f}, queued {limits['queued_mean']:.1f}), engine "
             + ", ".join(f"{k.removeprefix('engine_')} {v:.1f}" for k, v in engine.items())
+            + small_figures
             + f", lag p99 {phase.result.lag_p99_ms:.1f} ms"
         )
         return {"tokens": tokens["all"], "p99_ratio": p99_ratio, "timeouts": interactive_timeouts}
 
-    def targets(self) -> None:
-        on, off = self.summary[("on", OVERLOAD)], self.summary[("off", OVERLOAD)]
+    def report_small(self, phase: Phase, params: dict[str, Any]) -> str:
+        """The cheaper model's side (backend `small`): its limit and queue, what its engine
+        did, and the batch requests shed by each backend's queue. A progress fragment."""
+        where = {**params, "backend": SMALL}
+        limits = learned(phase, SMALL)
+        for metric, value in limits.items():
+            emit(metric, value, "requests", **where)
+        engine = engine_figures(phase, "small_engine")
+        for metric, value in engine.items():
+            emit(metric, value, ENGINE_UNITS[metric], **where)
+        shed = shed_by_backend(phase)
+        for backend, count in sorted(shed.items()):
+            emit("shed_requests", count, "requests", **params, backend=backend, **{"class": BATCH})
+        return (
+            f"; {SMALL}: limit {limits['concurrency_limit_mean']:.1f} (in flight "
+            f"{limits['in_flight_mean']:.1f}, queued {limits['queued_mean']:.1f}), engine "
+            + ", ".join(f"{k.removeprefix('engine_')} {v:.1f}" for k, v in engine.items())
+            + f", shed by backend {shed}"
+        )
+
+    def targets(self, mode: str) -> None:
+        on, off = self.summary[(mode, OVERLOAD)], self.summary[("off", OVERLOAD)]
         checks = [
             ("goodput_tokens_above_off", on["tokens"] > off["tokens"]),
             ("interactive_ttft_p99_within_2x_unloaded", on["p99_ratio"] <= 2),
             ("zero_interactive_client_timeouts", on["timeouts"] == 0),
         ]
         for target, met in checks:
-            where = {"scenario": "degrade", "load": OVERLOAD, "mode": "on"}
+            where = {"scenario": "degrade", "load": OVERLOAD, "mode": mode}
             emit("target_met", int(met), "bool", target=target, **where)
-            progress(f"target {target} (degrade on, load 5): {'met' if met else 'MISSED'}")
+            progress(f"target {target} (degrade {mode}, load 5): {'met' if met else 'MISSED'}")
 
 
 # --- main -----------------------------------------------------------------------------------
@@ -838,10 +982,15 @@ def check_answers(outages: list[Outage], degrade: dict[str, Gateway]) -> None:
             if answer.status_code != 200 or FALLBACK_HEADER in answer.headers:
                 raise RuntimeError(f"fallback/{model}: {answer.status_code} {answer.text[:300]}")
     for mode, gateway in degrade.items():
-        for name in STREAMS:
-            answer = ask(gateway, name, chat(MODEL, 4, stream=SHAPES[name].stream))
+        asks = [(name, MODEL) for name in STREAMS]
+        if mode == "on_model":
+            asks.append((BATCH, SMALL_MODEL))  # the cheaper model's backend answers too
+        for name, model in asks:
+            answer = ask(gateway, name, chat(model, 4, stream=SHAPES[name].stream))
             if answer.status_code != 200 or b'"usage"' not in answer.content:
-                raise RuntimeError(f"degrade {mode}/{name}: {answer.status_code} {answer.text}")
+                raise RuntimeError(
+                    f"degrade {mode}/{name}/{model}: {answer.status_code} {answer.text}"
+                )
 
 
 def measure(plan: Plan, scenarios: set[str], work_dir: Path, servers: list[ServerProcess]) -> None:
@@ -851,7 +1000,7 @@ def measure(plan: Plan, scenarios: set[str], work_dir: Path, servers: list[Serve
         configs: dict[str, dict[str, Any]] = {}
         primaries: dict[float, ServerProcess] = {}
         secondary: overload.Upstream | None = None
-        engine: Engine | None = None
+        engines: dict[str, Engine] = {}
         if "fallback" in scenarios:
             server, secondary_url = overload.start_upstream(work_dir)
             servers.append(server)
@@ -863,24 +1012,26 @@ def measure(plan: Plan, scenarios: set[str], work_dir: Path, servers: list[Serve
                 name = f"fallback-{load:g}"
                 configs[name] = fallback_config(primary_url, secondary_url, work_dir, name)
         if "degrade" in scenarios:
-            engine = Engine(work_dir)
-            servers.append(engine.server)
+            engines = {GPU: Engine(work_dir), SMALL: SmallEngine(work_dir)}
+            servers += [engine.server for engine in engines.values()]
+            urls = {name: engine.url for name, engine in engines.items()}
             for mode in MODES:
-                configs[f"degrade-{mode}"] = degrade_config(engine.url, work_dir, mode)
+                configs[f"degrade-{mode}"] = degrade_config(urls, work_dir, mode)
         gateways.update(overload.start_all(configs, work_dir))
         outages = [
             Outage(load, gateways[f"fallback-{load:g}"], primary)
             for load, primary in primaries.items()
         ]
-        degrade = {mode: gateways[f"degrade-{mode}"] for mode in MODES if engine is not None}
+        degrade = {mode: gateways[f"degrade-{mode}"] for mode in MODES if engines}
         check_answers(outages, degrade)
         loadgen.start()
         progress(f"{len(gateways)} gateways up")
         if secondary is not None:
             FallbackBench(plan, loadgen, secondary).run(outages)
-        if engine is not None:
-            engine.wait_idle()
-            DegradeBench(plan, loadgen, engine).run(degrade)
+        if engines:
+            for engine in engines.values():
+                engine.wait_idle()
+            DegradeBench(plan, loadgen, engines).run(degrade)
     finally:
         loadgen.stop()
         for gateway in gateways.values():
@@ -889,7 +1040,7 @@ def measure(plan: Plan, scenarios: set[str], work_dir: Path, servers: list[Serve
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="short phases, about 90 s")
+    parser.add_argument("--quick", action="store_true", help="short phases, about 2 minutes")
     parser.add_argument(
         "--scenarios", default="fallback,degrade", help="comma-separated: fallback, degrade"
     )

@@ -3,29 +3,42 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import orjson
 import pytest
 
+from bench.capacity import MODEL
 from bench.capacity_loadgen import PhaseResult, Record
 from bench.fake_engine import EngineParams, steady_capacity
 from bench.workload_shapes import (
     BATCH,
+    DEGRADES,
+    ENGINE,
     INTERACTIVE,
+    MODES,
     SHAPES,
     SHARES,
+    SMALL_ENGINE,
+    SMALL_MODEL,
     Phase,
     bound_rps,
     budget_allowed,
     budget_burst,
     counter,
+    degrade_config,
     delta,
     engine_figures,
+    engine_flags,
     failed_attempts,
     gateway_counts,
+    learned,
     offered,
+    pool_view,
+    served_by,
+    shed_by_backend,
 )
-from gateway.settings import TrafficSettings
+from gateway.settings import Settings, TrafficSettings
 
 BEFORE = """\
 # TYPE gateway_retries counter
@@ -45,8 +58,11 @@ gateway_upstream_errors_total{backend="secondary-pool",kind="timeout"} 9.0
 gateway_model_fallbacks_total{fallback="secondary",model="primary",reason="unavailable"} 4.0
 # TYPE gateway_degraded counter
 gateway_degraded_total{action="max_tokens",model="m",tenant="batch"} 6.0
+gateway_degraded_total{action="model",model="m",tenant="batch"} 4.0
 # TYPE gateway_shed counter
 gateway_shed_total{backend="gpu",class="batch",reason="deadline_unreachable"} 11.0
+gateway_shed_total{backend="small",class="batch",reason="deadline_unreachable"} 5.0
+gateway_shed_total{backend="small",class="batch",reason="queue_full"} 2.0
 gateway_shed_total{backend="gpu",class="interactive",reason="deadline_unreachable"} 1.0
 """
 
@@ -137,5 +153,69 @@ def test_engine_figures_from_its_stats_at_the_window_edges() -> None:
 def test_gateway_counts_of_the_batch_class_in_the_window() -> None:
     samples = [(1.0, BEFORE), (3.0, AFTER)]
     counted = gateway_counts(phase_of([], [], metrics=samples))
-    assert counted == {"degraded_requests": 6.0, "shed_requests": 11.0}
-    assert math.isclose(sum(counted.values()), 17.0)
+    assert counted == {"degraded_requests": 6.0, "shed_requests": 18.0}
+    assert math.isclose(sum(counted.values()), 24.0)
+    by_model = gateway_counts(phase_of([], [], metrics=samples), "model")
+    assert by_model == {"degraded_requests": 4.0, "shed_requests": 18.0}
+
+
+def test_shed_by_backend_sums_its_reasons() -> None:
+    samples = [(1.0, BEFORE), (3.0, AFTER)]
+    assert shed_by_backend(phase_of([], [], metrics=samples)) == {"gpu": 11.0, "small": 7.0}
+    assert shed_by_backend(phase_of([], [])) == {}
+
+
+def test_served_by_reads_the_model_action_of_the_degraded_header() -> None:
+    headers: list[list[str | None]] = [
+        [f"model={SMALL_MODEL}"],
+        [f"max_tokens=64, model={SMALL_MODEL}"],
+        ["max_tokens=64"],
+        [None],
+        [f"model={SMALL_MODEL}-other"],
+    ]
+    records: list[Record] = [(1, 1.5, 1.0, 2.0, 200, None, False, 256)] * len(headers)
+    phase = phase_of(records, headers)
+    assert served_by(phase, [0, 1, 2, 3, 4], SMALL_MODEL) == 2
+    assert served_by(phase, [2, 3], SMALL_MODEL) == 0
+
+
+def test_pool_view_and_learned_read_the_named_backend() -> None:
+    readyz = orjson.dumps(
+        {
+            "capacity": {
+                "gpu": {"limit": 40, "in_flight": 30, "queued": 2},
+                "small": {"limit": 8, "in_flight": 8, "queued": 10},
+            }
+        }
+    ).decode()
+    assert pool_view(readyz, "small") == {"limit": 8, "in_flight": 8, "queued": 10}
+    assert pool_view(readyz, "absent") is None
+    assert pool_view("not json", "gpu") is None
+    phase = phase_of([], [], readyz=[(0.5, readyz), (1.5, readyz), (2.5, readyz)])
+    assert learned(phase) == {
+        "concurrency_limit_mean": 40.0,
+        "in_flight_mean": 30.0,
+        "queued_mean": 2.0,
+    }
+    assert learned(phase, "small")["queued_mean"] == 10.0
+
+
+def test_the_small_engine_is_cheaper_and_serves_the_small_model() -> None:
+    flags = engine_flags(SMALL_ENGINE)
+    assert flags[flags.index("--model") + 1] == SMALL_MODEL
+    assert "--port" not in flags and "--max-num-seqs" not in flags  # defaults left out
+    shape = SHAPES[BATCH]
+    small = steady_capacity(SMALL_ENGINE, shape.prompt_tokens, shape.max_tokens)[1]
+    assert small > 2 * steady_capacity(ENGINE, shape.prompt_tokens, shape.max_tokens)[1]
+
+
+def test_degrade_configs_validate_and_differ_in_batch_policy(tmp_path: Path) -> None:
+    urls = {"gpu": "http://127.0.0.1:1", "small": "http://127.0.0.1:2"}
+    for mode in MODES:
+        settings = Settings.model_validate(degrade_config(urls, tmp_path, mode))
+        batch = next(t for t in settings.tenants if t.name == BATCH)
+        assert (batch.degrade is None) == (mode not in DEGRADES)
+    on_model = Settings.model_validate(degrade_config(urls, tmp_path, "on_model"))
+    assert set(on_model.model_names()) == {MODEL, SMALL_MODEL}
+    off = Settings.model_validate(degrade_config(urls, tmp_path, "off"))
+    assert off.model_names() == [MODEL]
