@@ -99,11 +99,14 @@ def capacity_of(gateway_url: str) -> dict[str, Any]:
 
 
 async def sample_while(
-    gateway_url: str, engine_url: str, task: asyncio.Task[Any]
+    gateway_url: str, engine_url: str, task: asyncio.Task[Any], until: float
 ) -> list[dict[str, Any]]:
+    """Samples while the load is offered, not through its drain: as the callers stop, in
+    flight falls while the engine still shows waiting, so its share-based cut takes the
+    limit towards 1 (CI once caught that in the last sample)."""
     samples = []
     async with httpx.AsyncClient(timeout=5) as client:
-        while not task.done():
+        while not task.done() and time.monotonic() < until:
             ready = (await client.get(gateway_url + "/readyz")).json()["capacity"]["gpu"]
             stats = (await client.get(engine_url + "/_stats")).json()
             samples.append({"limit": ready["limit"], "queued": ready["queued"], **stats})
@@ -114,8 +117,9 @@ async def sample_while(
 async def run_and_sample(
     gateway_url: str, engine_url: str, key: str, clients: int, seconds: float
 ) -> tuple[list[int], list[dict[str, Any]]]:
+    until = time.monotonic() + seconds
     load = asyncio.create_task(closed_loop(gateway_url, key, clients, seconds))
-    samples = await sample_while(gateway_url, engine_url, load)
+    samples = await sample_while(gateway_url, engine_url, load, until)
     return await load, samples
 
 
