@@ -40,6 +40,7 @@ Metrics (JSON lines; requests are interactive ones sent in the window):
     interactive_requests, interactive_errors (not 200 or not complete: refusals, timeouts)
     engine_running_mean, engine_waiting_mean, concurrency_limit_mean  by `phase`
     p99_ratio_vs_unloaded       with_batch TTFT p99 / unloaded (the target: <= 1.5)
+    p99_ratio_interval_low, _high  its 90% bootstrap interval (bench/measure.py)
     latency_p99_ratio_vs_unloaded
     batch_lines_per_s           lines completed per second in the with_batch window
     batch_busy_share            share of the window's polls with batch lines still to run
@@ -91,7 +92,7 @@ from bench.capacity_loadgen import (  # noqa: E402
     Record,
     StreamSpec,
 )
-from bench.measure import percentile  # noqa: E402
+from bench.measure import percentile, ratio_interval  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 from tests.support.processes import Gateway, start_gateway  # noqa: E402
 
@@ -299,7 +300,10 @@ class Window:
         return in_window(self.result.records, self.window)
 
     def ttft_p99_ms(self) -> float:
-        return p99([r[2] for r in self.records() if good(r)])
+        return p99(self.ttfts_ms())
+
+    def ttfts_ms(self) -> list[float]:
+        return [r[2] for r in self.records() if good(r)]
 
     def ttft_p50_ms(self) -> float:
         return percentile([r[2] for r in self.records() if good(r)] or [math.nan], 50)
@@ -452,6 +456,9 @@ def report(
     completed = counts.completed if counts else 0
     failed = counts.failed if counts else 0
     emit("p99_ratio_vs_unloaded", ratio, "ratio", target=TARGET_RATIO)
+    low, high = ratio_interval(loaded.ttfts_ms(), quiet.ttfts_ms())
+    emit("p99_ratio_interval_low", low, "ratio", confidence=0.9)
+    emit("p99_ratio_interval_high", high, "ratio", confidence=0.9)
     emit("latency_p99_ratio_vs_unloaded", loaded.latency_p99_ms() / quiet.latency_p99_ms(), "ratio")
     emit(
         "batch_lines_per_s",

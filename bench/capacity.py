@@ -75,6 +75,10 @@ window unless said otherwise):
     ttft_p99_ms                 interactive time to first token (to the body's first bytes)
     p99_ratio_vs_unloaded       ttft_p99_ms / the same mode's at load 0.5
     p99_ratio_vs_engine_unloaded  ... / the bare engine's unloaded TTFT p99
+    p99_ratio_interval_low, _high  a 90% bootstrap interval of p99_ratio_vs_unloaded (both
+                                windows' samples resampled, bench/measure.py): how far one
+                                run's ratio can be read (a quick window's p99 is nearly its
+                                maximum)
     client_timeouts             requests the client gave up on: all of the phase (load 5:
                                 those sent before the change; `window` after_change: after)
     jain_fairness               class batch: Jain's index over `batch` and `noisy` of goodput
@@ -158,7 +162,7 @@ from bench.capacity_loadgen import (  # noqa: E402
     StreamSpec,
 )
 from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
-from bench.measure import cpu_seconds, percentile  # noqa: E402
+from bench.measure import cpu_seconds, percentile, ratio_interval  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 from tests.support.processes import Gateway, ServerProcess, free_port  # noqa: E402
@@ -497,8 +501,12 @@ class Phase:
         return sum(r[7] for r in self.done(TENANTS, low, high)) / (high - low)
 
     def ttft_p99_ms(self, span: tuple[float, float] | None = None) -> float:
+        return percentile(self.ttfts_ms(span), 99)
+
+    def ttfts_ms(self, span: tuple[float, float] | None = None) -> list[float]:
+        """Interactive times to first token of the answers 200 sent in `span` (the window)."""
         low, high = span or self.window
-        return percentile([r[2] for r in self.sent(["interactive"], low, high) if good(r)], 99)
+        return [r[2] for r in self.sent(["interactive"], low, high) if good(r)]
 
     def keep_up(self) -> float:
         """Completions in the window / arrivals in it shifted back by each class's median
@@ -570,6 +578,7 @@ class Bench:
         self.engine = engine
         self.capacity: dict[str, Capacity] = {}
         self.unloaded_p99: dict[str, float] = {}  # by mode: TTFT p99 at load 0.5
+        self.unloaded_ttfts: dict[str, list[float]] = {}  # by mode: its samples
         self.summary: dict[tuple[str, float], dict[str, float]] = {}
         self.after_change: dict[tuple[str, str], dict[str, float]] = {}
         self.limits: dict[tuple[str, str], list[tuple[float, float]]] = {}
@@ -779,9 +788,14 @@ class Bench:
         p99 = phase.ttft_p99_ms()
         if load == UNLOADED:
             self.unloaded_p99[mode] = p99
+            self.unloaded_ttfts[mode] = phase.ttfts_ms()
         ratio = p99 / self.unloaded_p99.get(mode, float("nan"))
         emit("ttft_p99_ms", p99, "ms", **params, **{"class": "interactive"})
         emit("p99_ratio_vs_unloaded", ratio, "ratio", **params, **{"class": "interactive"})
+        low_ratio, high_ratio = ratio_interval(phase.ttfts_ms(), self.unloaded_ttfts.get(mode, []))
+        interval = {"class": "interactive", "confidence": 0.9}
+        emit("p99_ratio_interval_low", low_ratio, "ratio", **params, **interval)
+        emit("p99_ratio_interval_high", high_ratio, "ratio", **params, **interval)
         engine_ratio = p99 / self.capacity["normal"].unloaded_ttft_p99_ms
         emit(
             "p99_ratio_vs_engine_unloaded",
@@ -829,7 +843,8 @@ class Bench:
             summary["throughput_ratio"] = self.report_vs_bare(phase, params)
         progress(
             f"{mode} load {load:g}: goodput {goodput:.3f}, TTFT p99 {p99:.0f} ms "
-            f"(x{ratio:.2f} unloaded), timeouts {timeouts}, jain {fairness:.3f}, refused "
+            f"(x{ratio:.2f} unloaded, 90% {low_ratio:.2f}-{high_ratio:.2f}), "
+            f"timeouts {timeouts}, jain {fairness:.3f}, refused "
             f"{summary['refused']:.2f} (p99 {refusal_p99:.1f} ms), other {len(odd)}"
             + (f" first {odd[0]}" if odd else "")
             + f", limit {limits['concurrency_limit_mean']:.1f} (in flight "
