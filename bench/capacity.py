@@ -346,24 +346,29 @@ def streams(rates: dict[str, float], direct: bool) -> list[StreamSpec]:
 # --- processes ----------------------------------------------------------------------------
 
 
-def engine_command(port: int) -> list[str]:
-    defaults = EngineParams()
-    command = [sys.executable, "-m", "bench.fake_engine", "--port", str(port)]
+def engine_flags(params: EngineParams) -> list[str]:
+    """The fake engine's flags for `params` (those that differ from its defaults)."""
+    defaults, flags = EngineParams(), []
     for field in fields(EngineParams):
-        value = getattr(ENGINE, field.name)
+        value = getattr(params, field.name)
         if value != getattr(defaults, field.name):
-            command += ["--" + field.name.replace("_", "-"), str(value)]
-    return command
+            flags += ["--" + field.name.replace("_", "-"), str(value)]
+    return flags
+
+
+def engine_command(port: int, params: EngineParams = ENGINE) -> list[str]:
+    command = [sys.executable, "-m", "bench.fake_engine", "--port", str(port)]
+    return command + engine_flags(params)
 
 
 class Engine:
     """The fake engine's process and its control endpoints."""
 
-    def __init__(self, work_dir: Path) -> None:
+    def __init__(self, work_dir: Path, params: EngineParams = ENGINE) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.server = ServerProcess(
-            engine_command(port), self.url + "/health", work_dir / f"engine-{port}.log"
+            engine_command(port, params), self.url + "/health", work_dir / f"engine-{port}.log"
         ).start()
 
     @property

@@ -153,7 +153,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,7 @@ from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
 from bench.measure import percentile  # noqa: E402
 from gateway.settings import TrafficSettings  # noqa: E402
 from gateway.traffic.retry import RetryBudget  # noqa: E402
-from tests.support.processes import Gateway, ServerProcess, free_port  # noqa: E402
+from tests.support.processes import Gateway, ServerProcess  # noqa: E402
 
 BENCH = "workload_shapes"
 CHAT_PATH = "/v1/chat/completions"
@@ -694,31 +694,6 @@ def degrade_config(engines: dict[str, str], work_dir: Path, mode: str) -> dict[s
     }
 
 
-def engine_flags(params: EngineParams) -> list[str]:
-    """The fake engine's flags for `params` (those that differ from its defaults)."""
-    defaults, flags = EngineParams(), []
-    for field in fields(EngineParams):
-        value = getattr(params, field.name)
-        if value != getattr(defaults, field.name):
-            flags += ["--" + field.name.replace("_", "-"), str(value)]
-    return flags
-
-
-class SmallEngine(Engine):
-    """The cheaper model's fake engine: bench/capacity.py's Engine (its control endpoints),
-    started with SMALL_ENGINE's flags."""
-
-    def __init__(self, work_dir: Path) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-m", "bench.fake_engine", "--port", str(port)]
-        self.server = ServerProcess(
-            command + engine_flags(SMALL_ENGINE),
-            self.url + "/health",
-            work_dir / f"engine-small-{port}.log",
-        ).start()
-
-
 def degrade_streams(rates: dict[str, float]) -> list[StreamSpec]:
     result = []
     for name in STREAMS:
@@ -1012,7 +987,7 @@ def measure(plan: Plan, scenarios: set[str], work_dir: Path, servers: list[Serve
                 name = f"fallback-{load:g}"
                 configs[name] = fallback_config(primary_url, secondary_url, work_dir, name)
         if "degrade" in scenarios:
-            engines = {GPU: Engine(work_dir), SMALL: SmallEngine(work_dir)}
+            engines = {GPU: Engine(work_dir), SMALL: Engine(work_dir, SMALL_ENGINE)}
             servers += [engine.server for engine in engines.values()]
             urls = {name: engine.url for name, engine in engines.items()}
             for mode in MODES:

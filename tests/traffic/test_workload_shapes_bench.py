@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.capacity import MODEL
+from bench.capacity import MODEL, engine_flags
 from bench.capacity_loadgen import PhaseResult, Record
 from bench.fake_engine import EngineParams, steady_capacity
 from bench.workload_shapes import (
@@ -29,7 +29,6 @@ from bench.workload_shapes import (
     degrade_config,
     delta,
     engine_figures,
-    engine_flags,
     failed_attempts,
     gateway_counts,
     learned,
