@@ -22,11 +22,11 @@ KEY = "sk-test-prompt-size-0123456789"
 SHORT, AT_THRESHOLD, LONG = "hello", "x" * 200, "word " * 60  # ~2, 50 and 75 tokens
 
 
-@pytest.fixture(scope="module")
-def short_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server, base_url = start_fake_upstream(tmp_path_factory.mktemp("short"))
-    yield base_url
-    server.stop()
+@pytest.fixture
+def short_up(fake_upstream: str) -> str:
+    """The session's fake upstream serves the short prompts (the tests count its calls
+    before and after); the long ones need an upstream of their own, to tell them apart."""
+    return fake_upstream
 
 
 @pytest.fixture(scope="module")
