@@ -65,6 +65,8 @@ class _Body(BaseModel):
     # The body as the client sent it, in JSON values (for the cache namespace's hash:
     # validation turns 0 into 0.0, and the hash must not change with the gateway's version).
     _json: dict[str, Any] = PrivateAttr(default_factory=dict)
+    # `prompt_tokens()`, once: routing by prompt size and the quota reservation both ask.
+    _prompt_tokens: int | None = PrivateAttr(default=None)
 
     @property
     def streamed(self) -> bool:
@@ -78,8 +80,10 @@ class _Body(BaseModel):
 
     def prompt_tokens(self) -> int:
         """The prompt's size in tokens, estimated: characters / 4, plus token ids."""
-        chars, ids = self._prompt_size()
-        return math.ceil(chars / 4) + ids
+        if self._prompt_tokens is None:
+            chars, ids = self._prompt_size()
+            self._prompt_tokens = math.ceil(chars / 4) + ids
+        return self._prompt_tokens
 
     def output_budget(self, default: int) -> int:
         """Tokens the answer may take at most: the request's cap (`default` when it sets
