@@ -295,10 +295,18 @@ def progress(message: str) -> None:
 def bound_rps(params: EngineParams) -> float:
     """The engine's steady-state throughput for the mix, from the fake's own formula per
     shape (an upper bound: no preemption churn); it only scales the capacity search."""
+    shapes = [(share, SHAPES[CLASS_OF[tenant]]) for tenant, share in SHARES.items()]
+    return mix_bound_rps(
+        params, [(s, shape.prompt_tokens, shape.max_tokens) for s, shape in shapes]
+    )
+
+
+def mix_bound_rps(params: EngineParams, mix: Iterable[tuple[float, int, int]]) -> float:
+    """Requests/s of a mix of (share, prompt tokens, output tokens) that the engine
+    completes at most, all its sequences running (fake_engine.steady_capacity per kind)."""
     seconds = 0.0
-    for tenant, share in SHARES.items():
-        shape = SHAPES[CLASS_OF[tenant]]
-        seconds += share / steady_capacity(params, shape.prompt_tokens, shape.max_tokens)[1]
+    for share, prompt, output in mix:
+        seconds += share / steady_capacity(params, prompt, output)[1]
     return 1.0 / seconds
 
 

@@ -175,6 +175,7 @@ from bench.capacity import (  # noqa: E402
     Engine,
     good,
     is_refusal,
+    mix_bound_rps,
     unexpected,
     wait_gateway_idle,
 )
@@ -186,7 +187,7 @@ from bench.capacity_loadgen import (  # noqa: E402
     Record,
     StreamSpec,
 )
-from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
+from bench.fake_engine import EngineParams  # noqa: E402
 from bench.measure import percentile  # noqa: E402
 from gateway.settings import TrafficSettings  # noqa: E402
 from gateway.traffic.retry import RetryBudget  # noqa: E402
@@ -652,11 +653,10 @@ class FallbackBench:
 def bound_rps(params: EngineParams) -> float:
     """The engine's steady-state bound for the mix (requests/s at load-1 shares): the
     most it completes, all its sequences running (fake_engine.steady_capacity per shape)."""
-    seconds = 0.0
-    for name, share in SHARES.items():
-        shape = SHAPES[name]
-        seconds += share / steady_capacity(params, shape.prompt_tokens, shape.max_tokens)[1]
-    return 1.0 / seconds
+    shapes = [(share, SHAPES[name]) for name, share in SHARES.items()]
+    return mix_bound_rps(
+        params, [(s, shape.prompt_tokens, shape.max_tokens) for s, shape in shapes]
+    )
 
 
 def offered(load: float) -> dict[str, float]:
