@@ -460,13 +460,16 @@ def wait_gateway_idle(gateway: Gateway, timeout_s: float = 15.0) -> None:
         time.sleep(0.1)
 
 
-def capacity_view(readyz: str) -> dict[str, Any] | None:
-    """The backend's entry of /readyz's `capacity` (None if it has none)."""
+def capacity_view(readyz: str, backend: str | None = None) -> dict[str, Any] | None:
+    """A backend's entry of /readyz's `capacity` (None: the first; None if it has none)."""
     try:
         views = orjson.loads(readyz).get("capacity") or {}
     except (orjson.JSONDecodeError, AttributeError):
         return None
-    return next(iter(views.values()), None) if isinstance(views, dict) else None
+    if not isinstance(views, dict):
+        return None
+    view = next(iter(views.values()), None) if backend is None else views.get(backend)
+    return view if isinstance(view, dict) else None
 
 
 # --- one phase's records ------------------------------------------------------------------
@@ -1038,9 +1041,15 @@ def target_checks(
 def learned(phase: Phase, low: float, high: float) -> dict[str, float]:
     """The gateway's limit, requests in flight and queued, from /readyz polled in [low,
     high): their means (NaN without samples)."""
-    views = [capacity_view(text) for t, text in phase.result.polls.get("readyz", [])]
-    times = [t for t, _ in phase.result.polls.get("readyz", [])]
-    inside = [v for t, v in zip(times, views, strict=True) if v and low <= t < high]
+    return learned_means(phase.result.polls.get("readyz", []), low, high)
+
+
+def learned_means(
+    readyz: list[tuple[float, str]], low: float, high: float, backend: str | None = None
+) -> dict[str, float]:
+    """`learned` from /readyz polls (time, text): a backend's (None: the first) means."""
+    views = [capacity_view(text, backend) for t, text in readyz if low <= t < high]
+    inside = [v for v in views if v]
     means: dict[str, float] = {}
     for key, metric in (("limit", "concurrency_limit_mean"), ("in_flight", "in_flight_mean")):
         values = [float(v[key]) for v in inside if v.get(key) is not None]

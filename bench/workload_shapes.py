@@ -146,7 +146,6 @@ import hashlib
 import math
 import os
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -175,6 +174,7 @@ from bench.capacity import (  # noqa: E402
     Engine,
     good,
     is_refusal,
+    learned_means,
     mix_bound_rps,
     unexpected,
     wait_gateway_idle,
@@ -706,29 +706,9 @@ def degrade_streams(rates: dict[str, float]) -> list[StreamSpec]:
     return result
 
 
-def pool_view(readyz: str, backend: str) -> dict[str, Any] | None:
-    """The backend's entry of /readyz's `capacity` (None if it has none)."""
-    try:
-        views = orjson.loads(readyz).get("capacity") or {}
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    view = views.get(backend) if isinstance(views, dict) else None
-    return view if isinstance(view, dict) else None
-
-
 def learned(phase: Phase, backend: str = GPU) -> dict[str, float]:
     """The backend's limit, requests in flight and queued: means of /readyz in the window."""
-    low, high = phase.window
-    polled = phase.result.polls.get("readyz", [])
-    views = [pool_view(text, backend) for t, text in polled if low <= t < high]
-    inside = [v for v in views if v]
-    means: dict[str, float] = {}
-    for key, metric in (("limit", "concurrency_limit_mean"), ("in_flight", "in_flight_mean")):
-        values = [float(v[key]) for v in inside if v.get(key) is not None]
-        means[metric] = statistics.mean(values) if values else float("nan")
-    queued = [float(v["queued"]) for v in inside if v.get("queued") is not None]
-    means["queued_mean"] = statistics.mean(queued) if queued else float("nan")
-    return means
+    return learned_means(phase.result.polls.get("readyz", []), *phase.window, backend)
 
 
 ENGINE_UNITS = {

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.capacity import MODEL, engine_flags
+from bench.capacity import MODEL, capacity_view, engine_flags
 from bench.capacity_loadgen import PhaseResult, Record
 from bench.fake_engine import EngineParams, steady_capacity
 from bench.workload_shapes import (
@@ -33,7 +33,6 @@ from bench.workload_shapes import (
     gateway_counts,
     learned,
     offered,
-    pool_view,
     served_by,
     shed_by_backend,
 )
@@ -187,9 +186,9 @@ def test_pool_view_and_learned_read_the_named_backend() -> None:
             }
         }
     ).decode()
-    assert pool_view(readyz, "small") == {"limit": 8, "in_flight": 8, "queued": 10}
-    assert pool_view(readyz, "absent") is None
-    assert pool_view("not json", "gpu") is None
+    assert capacity_view(readyz, "small") == {"limit": 8, "in_flight": 8, "queued": 10}
+    assert capacity_view(readyz, "absent") is None
+    assert capacity_view("not json", "gpu") is None
     phase = phase_of([], [], readyz=[(0.5, readyz), (1.5, readyz), (2.5, readyz)])
     assert learned(phase) == {
         "concurrency_limit_mean": 40.0,
