@@ -16,7 +16,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml constraints.txt scripts/install_torch.sh
 	bash scripts/install_torch.sh $(PY)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
-	$(PY) -m cache.onnx_export  # the embedder's ONNX graph, next to the packaged model
+	$(PY) -m cache.onnx_export  # the embedder's ONNX graphs (float32, int8), next to the packaged model
 	touch $(STAMP)
 
 install: $(STAMP)

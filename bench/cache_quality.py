@@ -423,7 +423,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a subsample, under a minute")
     parser.add_argument("--verifier", type=Path, default=DEFAULT_WEIGHTS)
     parser.add_argument(
-        "--embedder", choices=["auto", "onnx", "torch"], default="auto", help="cache.embedder"
+        "--embedder",
+        choices=["auto", "onnx", "onnx-int8", "torch"],
+        default="auto",
+        help="cache.embedder",
     )
     args = parser.parse_args()
 

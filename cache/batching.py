@@ -8,10 +8,14 @@ and estimates when a new text's pass would end: after the pass running now and t
 lookups queued ahead. A text it would not reach in time is refused at once
 (`EmbedderBusy`): the lookup fails open, a counted miss, instead of queueing behind a
 saturated model past its budget. An idle embedder always takes a text (a first, slow
-pass must not lock it out). The estimate is corrected by how long lookups actually waited
-against what it predicted for them (`lag`): a busy event loop resumes the callers of a
-batch one after the other, each doing its search and decision, so the last resumes well
-after the pass ended.
+pass must not lock it out). Pass times are measured in the embedder's thread, the model's
+work alone; what the event loop adds is learned apart, as how long after its pass ended a
+lookup's caller resumed (`resume_s`): a busy event loop resumes the callers of a batch one
+after the other, each doing its search and decision, so the last resumes well after the
+pass ended. Added, not multiplied: an earlier version scaled the whole estimate by how
+much longer lookups waited than predicted for them, and since a text predicted to end
+alone then waited for the texts that joined its batch, that ratio sat near 2 with no load
+on the loop, and the embedder refused lookups it would have served in time.
 
 Batches are sized the same way, as Triton's dynamic batcher bounds a batch by its queue
 delay: a batch takes waiting lookups in order while its pass would still end before the
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,8 +39,7 @@ from dataclasses import dataclass
 from cache.embedder import Embedded, Encoder, embed_many
 
 _PASSES_FITTED = 32  # recent passes the time estimate is fitted to
-_LAG_SMOOTHING = 0.1  # weight of the latest lookup in the waited/predicted ratio
-_LAG_RANGE = (0.5, 4.0)
+_RESUME_SMOOTHING = 0.1  # weight of the latest lookup in the resume delay's average
 
 
 class EmbedderBusy(Exception):
@@ -83,7 +87,8 @@ def _fit(passes: list[tuple[int, float]]) -> tuple[float, float]:
 class _Request:
     text: str
     future: asyncio.Future[Embedded]
-    deadline: float  # loop time by which its pass must end; inf: background
+    deadline: float  # time.monotonic() by which its pass must end; inf: background
+    ended: float | None = None  # when its pass ended (time.monotonic(), in the thread)
 
 
 class BatchingEmbedder:
@@ -102,7 +107,7 @@ class BatchingEmbedder:
         self._dispatcher: asyncio.Task[None] | None = None
         self.times = PassTimes()
         self._running_until: float | None = None  # expected end of the pass in progress
-        self._lag = 1.0  # lookups' waits over the waits predicted for them, smoothed
+        self._resume_s = 0.0  # how late callers resume after their pass ended, smoothed
         self.refused = 0  # texts refused with EmbedderBusy
 
     async def start(self) -> None:
@@ -133,23 +138,27 @@ class BatchingEmbedder:
         await self.close()
 
     @property
-    def lag(self) -> float:
-        """How much longer than predicted lookups waited, recently (1: as predicted)."""
-        return self._lag
+    def passing(self) -> bool:
+        """Whether a pass is running now."""
+        return self._running_until is not None
+
+    @property
+    def resume_s(self) -> float:
+        """How long after their pass ended lookups' callers resumed, recently."""
+        return self._resume_s
 
     def expected_wait_s(self) -> float:
         """How long a lookup's text would take from now: the pass running, the lookups
-        queued ahead, its own share, times `lag`. 0 when idle or before any pass was
-        measured."""
+        queued ahead, its own share, and the event loop's delay in resuming it. 0 when
+        idle or before any pass was measured."""
         if self.times.per_text_s is None or self._idle():
             return 0.0
-        return self._lag * self._predicted_s()
-
-    def _predicted_s(self) -> float:
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         running = max(0.0, self._running_until - now) if self._running_until else 0.0
         texts = len(self._lookups) + 1
-        return running + self.times.seconds(texts, math.ceil(texts / self._max_batch))
+        passes = math.ceil(texts / self._max_batch)
+        # A loop's delay to start each pass (the dispatcher resumes too), and the caller's.
+        return running + self.times.seconds(texts, passes) + (passes + 1) * self._resume_s
 
     async def embed(self, text: str, within_s: float | None = None) -> Embedded:
         """The text's embedding. `within_s`: the most this lookup may wait; raises
@@ -157,29 +166,29 @@ class BatchingEmbedder:
         work, which waits behind every lookup."""
         if self._dispatcher is None:
             raise RuntimeError("BatchingEmbedder.start() was not awaited")
-        loop = asyncio.get_running_loop()
         if within_s is None:
             return await self._queue(self._background, text, math.inf)
         expected = self.expected_wait_s()
         if expected > within_s:
             self.refused += 1
             raise EmbedderBusy(f"the embedder would take {expected:.3f} s")
-        # Also when idle (admitted whatever the estimate): the lag then learns from it.
-        predicted = self._predicted_s()
-        asked = loop.time()
+        request = self._request(text, time.monotonic() + within_s)
+        self._lookups.append(request)
+        self._arrived.set()
         try:
-            return await self._queue(self._lookups, text, asked + within_s)
-        finally:  # a lookup given up past its budget waited at least this long
-            if predicted > 0:
-                self._waited(predicted, loop.time() - asked)
+            return await request.future
+        finally:  # given up past its budget too: it resumed at least this late
+            if request.ended is not None:
+                self._resumed(time.monotonic() - request.ended)
 
-    def _waited(self, predicted_s: float, waited_s: float) -> None:
-        low, high = _LAG_RANGE
-        lag = self._lag + _LAG_SMOOTHING * (waited_s / predicted_s - self._lag)
-        self._lag = min(high, max(low, lag))
+    def _resumed(self, seconds: float) -> None:
+        self._resume_s += _RESUME_SMOOTHING * (max(0.0, seconds) - self._resume_s)
+
+    def _request(self, text: str, deadline: float) -> _Request:
+        return _Request(text, asyncio.get_running_loop().create_future(), deadline)
 
     async def _queue(self, queue: deque[_Request], text: str, deadline: float) -> Embedded:
-        request = _Request(text, asyncio.get_running_loop().create_future(), deadline)
+        request = self._request(text, deadline)
         queue.append(request)
         self._arrived.set()
         return await request.future
@@ -194,27 +203,27 @@ class BatchingEmbedder:
     async def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = await self._collect(loop)
+            batch = await self._collect()
             if batch:
                 await self._run(loop, batch)
 
-    async def _collect(self, loop: asyncio.AbstractEventLoop) -> list[_Request]:
+    async def _collect(self) -> list[_Request]:
         while not self._lookups and not self._background:
             self._arrived.clear()
             await self._arrived.wait()
         await asyncio.sleep(0)  # requests issued in the same turn of the loop join at once
         batch: list[_Request] = []
-        self._take(loop.time(), batch)
+        self._take(time.monotonic(), batch)
         if len(batch) <= 1:
             return batch  # alone: waiting for company would only add latency
-        closes = loop.time() + self._window_s
-        while len(batch) < self._max_batch and (remaining := closes - loop.time()) > 0:
+        closes = time.monotonic() + self._window_s
+        while len(batch) < self._max_batch and (remaining := closes - time.monotonic()) > 0:
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except TimeoutError:
                 break
-            if not self._take(loop.time(), batch):
+            if not self._take(time.monotonic(), batch):
                 break
         return batch
 
@@ -233,17 +242,16 @@ class BatchingEmbedder:
 
     def _fits(self, now: float, batch: list[_Request], request: _Request) -> bool:
         earliest = min(request.deadline, *(r.deadline for r in batch))
-        return now + self._lag * self.times.seconds(len(batch) + 1) <= earliest
+        return now + self.times.seconds(len(batch) + 1) + self._resume_s <= earliest
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Request]) -> None:
         live = [r for r in batch if not r.future.done()]
         if not live:
             return
-        started = loop.time()
-        self._running_until = started + self.times.seconds(len(live))
+        self._running_until = time.monotonic() + self.times.seconds(len(live))
         try:
-            results = await loop.run_in_executor(
-                self._executor, self.encoder.encode, [r.text for r in live]
+            results, started, ended = await loop.run_in_executor(
+                self._executor, _timed_encode, self.encoder, [r.text for r in live]
             )
         except asyncio.CancelledError:  # closing: nobody will answer these callers
             for r in live:
@@ -256,7 +264,15 @@ class BatchingEmbedder:
             return
         finally:
             self._running_until = None
-        self.times.observe(len(live), loop.time() - started)
+        self.times.observe(len(live), ended - started)
         for r, result in zip(live, results, strict=True):
+            r.ended = ended
             if not r.future.done():
                 r.future.set_result(result)
+
+
+def _timed_encode(encoder: Encoder, texts: list[str]) -> tuple[list[Embedded], float, float]:
+    """The pass, with when it started and ended (time.monotonic()), in the worker thread."""
+    started = time.monotonic()
+    results = encoder.encode(texts)
+    return results, started, time.monotonic()

@@ -13,6 +13,7 @@ sentence-transformers.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from cache.features import TokenFeatures
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+_log = logging.getLogger(__name__)
 
 Vector = npt.NDArray[np.float32]
 
@@ -57,7 +60,7 @@ DEFAULT_PRECISION: Precision = "auto"
 # but under load torch's pass, which takes the GIL back after each of its ~60 operators,
 # crawls behind a busy event loop (at concurrency 64 with every failed-open lookup back at
 # once, no semantic hit at all in torch, 34/s in ONNX Runtime, which releases it once).
-Backend = Literal["auto", "onnx", "torch"]
+Backend = Literal["auto", "onnx", "onnx-int8", "torch"]
 
 
 class Encoder(Protocol):
@@ -262,12 +265,34 @@ def load_embedder(
         torch.set_num_threads(threads)
     chosen = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = load_sentence_model(path, chosen)
-    if not _runs_onnx(model, backend, chosen, precision):
+    weights = _onnx_weights(model, backend, chosen, precision)
+    if weights is None:
         return SentenceEncoder(model, precision)
     from cache.onnx_encoder import OnnxEncoder
     from cache.onnx_export import ensure_onnx
 
-    return OnnxEncoder.of(model, ensure_onnx(model, path, onnx_dir))
+    graph = ensure_onnx(model, path, onnx_dir)
+    if weights == "int8":
+        graph, weights = _int8_graph(model, graph, onnx_dir, required=backend == "onnx-int8")
+    return OnnxEncoder.of(model, graph, weights)
+
+
+def _int8_graph(
+    model: SentenceTransformer, graph: Path, onnx_dir: Path | None, *, required: bool
+) -> tuple[Path, str]:
+    """The int8 graph if it computes near-float32 vectors on this CPU; else, unless asked
+    for by name, the float32 graph (one warning)."""
+    from cache.onnx_export import OnnxExportError, check_int8, ensure_int8
+
+    try:
+        quantized = ensure_int8(model, graph, onnx_dir)
+        check_int8(model, quantized)
+    except OnnxExportError as exc:
+        if required:
+            raise
+        _log.warning("embedder: int8 is not usable here (%s); running float32", exc)
+        return graph, "float32"
+    return quantized, "int8"
 
 
 def load_sentence_model(path: Path, device: str) -> SentenceTransformer:
@@ -283,19 +308,22 @@ def load_sentence_model(path: Path, device: str) -> SentenceTransformer:
     return model
 
 
-def _runs_onnx(
+def _onnx_weights(
     model: SentenceTransformer, backend: Backend, device: str, precision: Precision
-) -> bool:
-    """Whether `backend` means ONNX Runtime for this model, device and precision."""
+) -> str | None:
+    """The ONNX graph's weights ("float32" or "int8") when `backend` means ONNX Runtime for
+    this model, device and precision; None for torch."""
     if backend == "torch":
-        return False
+        return None
     # The export is cache/bert.py's float32 pass: only a model it reproduces, on the CPU.
     exportable = device == "cpu" and _fast_forward(model, "float32") is not None
-    if backend == "onnx":
+    if backend in ("onnx", "onnx-int8"):
         if not exportable:
-            raise ValueError("backend onnx: only a BERT model with mean pooling, on the CPU")
-        return True
-    return exportable and precision != "bfloat16"  # asked for bf16: torch's pass has it
+            raise ValueError(f"backend {backend}: only a BERT model with mean pooling, on the CPU")
+        return "int8" if backend == "onnx-int8" else "float32"
+    if not exportable or precision == "bfloat16":  # asked for bf16: torch's pass has it
+        return None
+    return "float32" if precision == "float32" else "int8"
 
 
 def embed_many(encoder: Encoder, texts: Sequence[str], batch: int = 32) -> list[Embedded]:

@@ -44,9 +44,17 @@ class OnnxEncoder:
     """An `Encoder` on ONNX Runtime. Blocking: call it from one worker thread at a time."""
 
     def __init__(
-        self, session: Any, tokenizer: Any, *, max_tokens: int, dimension: int, path: Path
+        self,
+        session: Any,
+        tokenizer: Any,
+        *,
+        max_tokens: int,
+        dimension: int,
+        path: Path,
+        precision: str = "float32",
     ) -> None:
         self._session = session
+        self._precision = precision  # of the graph's weights: "float32" or "int8"
         self._tokenizer = tokenizer  # tokenizers.Tokenizer: truncates and pads
         self._max_tokens = max_tokens
         self._dimension = dimension
@@ -54,8 +62,9 @@ class OnnxEncoder:
         self.forward_passes = 0
 
     @classmethod
-    def of(cls, model: SentenceTransformer, graph: Path) -> OnnxEncoder:
-        """An encoder for `model` (its tokenizer and sizes) running `graph`."""
+    def of(cls, model: SentenceTransformer, graph: Path, precision: str = "float32") -> OnnxEncoder:
+        """An encoder for `model` (its tokenizer and sizes) running `graph`, whose weights
+        are `precision` ("float32", or "int8": cache/onnx_export.py ensure_int8)."""
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -69,7 +78,14 @@ class OnnxEncoder:
             str(graph), session_options(), providers=["CPUExecutionProvider"]
         )
         dimension = int(model.get_embedding_dimension() or 0)
-        return cls(session, tokenizer, max_tokens=max_tokens, dimension=dimension, path=graph)
+        return cls(
+            session,
+            tokenizer,
+            max_tokens=max_tokens,
+            dimension=dimension,
+            path=graph,
+            precision=precision,
+        )
 
     @property
     def backend(self) -> str:
@@ -77,7 +93,7 @@ class OnnxEncoder:
 
     @property
     def precision(self) -> str:
-        return "float32"
+        return self._precision
 
     @property
     def dimension(self) -> int:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # the model-backed parts load only when the cache is enabled
 
 _log = logging.getLogger("cache.semantic")
 _STORE_TIMEOUT_S = 10.0
+_AFTER_EMBED_HALF_LIFE_S = 1.0  # the search and decision time reserved halves each second
 _NO_VECTOR = np.zeros(0, dtype=np.float32)  # a pending entry's, until it is embedded
 
 StageHook = Callable[[str, float], None]  # (stage, seconds): "embed", "search", "total"
@@ -146,6 +147,7 @@ class SemanticCache:
         self._ledger = Ledger(store, ttl_s)
         self._pending: dict[str, CacheEntry] = {}  # by exact key: answers being stored
         self._after_embed_s = 0.0  # recent search and decision time (see _after_embed)
+        self._after_embed_at = 0.0  # when it was last measured (perf_counter)
         self._deleted: set[str] = set()  # ids of pending answers deleted before stored
 
     async def lookup(self, key: CacheKey, delta: float | None = None) -> Lookup:
@@ -250,7 +252,7 @@ class SemanticCache:
 
         started = time.perf_counter()
         # The embedding must leave the search and the decision their time in the budget.
-        within = max(0.0, deadline - started - self._after_embed_s)
+        within = max(0.0, deadline - started - self._reserved_after_embed(started))
         embedded = await self._embedder.embed(key.prompt, within)
         searched = time.perf_counter()
         self._on_stage("embed", searched - started)
@@ -271,7 +273,8 @@ class SemanticCache:
             looked = Lookup(Found(entry, "semantic", similarity), similarity, embedded)
             if delta is not None and decided.tier == "semantic":  # normalised: no bound
                 looked = await self._bounded(looked, decided.verifier_score or 0.0, delta)
-        self._after_embed(time.perf_counter() - searched)  # the evidence's read included
+        ended = time.perf_counter()
+        self._after_embed(ended - searched, ended)  # the evidence's read included
         return looked
 
     async def _bounded(self, found: Lookup, signal: float, delta: float) -> Lookup:
@@ -316,9 +319,23 @@ class SemanticCache:
             vectors = [(await self._embedder.embed(text)).vector for text in (first, second)]
         return agree(first, second, vectors)
 
-    def _after_embed(self, seconds: float) -> None:
-        """Keeps a smoothed upper estimate of the search and decision time."""
-        self._after_embed_s = max(seconds, self._after_embed_s * 0.9)
+    def _after_embed(self, seconds: float, now: float) -> None:
+        """Keeps an upper estimate of the search and decision time: the longest recent."""
+        self._after_embed_s = max(seconds, self._decayed_after_embed(now))
+        self._after_embed_at = now
+
+    def _decayed_after_embed(self, now: float) -> float:
+        age = max(0.0, now - self._after_embed_at)
+        return self._after_embed_s * float(0.5 ** (age / _AFTER_EMBED_HALF_LIFE_S))
+
+    def _reserved_after_embed(self, now: float) -> float:
+        """What the embedding leaves of the budget for the search and decision. It falls
+        with time, not per lookup, and is at most half the budget: only admitted lookups
+        measure it, so an estimate that a burst made too high (an event loop busy with a
+        flood of failed-open requests resumes each step late) would otherwise have the
+        embedder refuse nearly every lookup, none of which would ever lower it (measured:
+        3 of 64 rewordings served at concurrency 4 after such a burst)."""
+        return min(self._decayed_after_embed(now), self._budget_s / 2)
 
     async def _record_hit(self, entry_id: str) -> None:
         try:

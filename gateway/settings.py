@@ -184,7 +184,7 @@ class CacheSettings(Strict):
     device: str | None = None  # None: cuda when available, else cpu
     # What runs the embedding model: onnx (ONNX Runtime, CPU only), torch, or auto: onnx on
     # the CPU, torch on CUDA (README "Semantic cache").
-    embedder: Literal["auto", "onnx", "torch"] = "auto"
+    embedder: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     path: Path = Path(".gateway/cache")  # where the `memory` state store persists entries
     ttl_s: float = Field(default=7 * 86400, gt=0)
     max_entries_per_namespace: int = Field(default=10_000, ge=1)

@@ -287,7 +287,8 @@ def main() -> None:
     rng = random.Random(args.seed)  # noqa: S311 - seeded data generation
     config = replace(VerifierConfig(), **{f"use_{name}": False for name in args.ablate})
 
-    encoder = load_embedder(device="cpu")
+    # float32, as the shipped weights were fitted (the gateway's int8 default is near it).
+    encoder = load_embedder(device="cpu", precision="float32")
     table = flag_table(encoder)
     examples = build_examples(args, rng)
     log(f"{len(examples)} pairs: {dict(Counter(e.kind for e in examples))}")

@@ -6,6 +6,7 @@ of a pass is set as a slow model would leave it."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -32,6 +33,42 @@ async def test_a_lookup_the_queue_would_keep_past_its_time_is_refused_at_once(
         assert loop.time() - asked < 0.01
         assert embedder.refused == 1
         assert len(await asyncio.gather(*waiting)) == len(TEXTS)
+
+
+async def test_texts_that_share_a_pass_are_not_counted_as_late(encoder: SentenceEncoder) -> None:
+    """Four lookups at once share one pass: each is admitted when its time allows that
+    pass, round after round (an estimate that took the wait for the batch as lateness
+    grew until it refused the later ones), and the event loop's delay stays small."""
+    async with BatchingEmbedder(encoder, window_ms=0, max_batch=8) as embedder:
+        for _ in range(3):
+            await embedder.embed("warm up", within_s=60)
+        for round_ in range(12):
+            within = 1.5 * embedder.times.seconds(4) + 0.01
+            texts = [f"{t} (round {round_})" for t in TEXTS[:4]]
+            await asyncio.gather(*(embedder.embed(t, within_s=within) for t in texts))
+        assert embedder.refused == 0
+        assert embedder.resume_s < 0.01
+
+
+async def test_a_busy_event_loop_counts_in_the_expected_wait(encoder: SentenceEncoder) -> None:
+    async with BatchingEmbedder(encoder, window_ms=0) as embedder:
+        await embedder.embed("warm up", within_s=60)
+
+        async def hog() -> None:
+            time.sleep(0.05)  # a callback that holds the loop while a pass ends
+
+        for n in range(20):
+            text = asyncio.ensure_future(embedder.embed(f"text {n}", within_s=60))
+            while not embedder.passing:
+                await asyncio.sleep(0)
+            await asyncio.gather(text, hog())  # the pass ends while the loop is held
+        assert embedder.resume_s > 0.01
+        blocker = asyncio.ensure_future(embedder.embed("running", within_s=60))
+        await asyncio.sleep(0)
+        assert embedder.expected_wait_s() > 2 * embedder.resume_s  # started, and resumed
+        with pytest.raises(EmbedderBusy):
+            await embedder.embed("one more", within_s=embedder.resume_s)
+        await blocker
 
 
 async def test_an_idle_embedder_always_takes_a_text(encoder: SentenceEncoder) -> None:

@@ -6,11 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from cache.embedder import SentenceEncoder, default_model_path, load_embedder
 from cache.features import TokenFeatures
 from cache.onnx_encoder import OnnxEncoder
-from cache.onnx_export import SUBDIR, ensure_onnx, export, graph_name
+from cache.onnx_export import (
+    SUBDIR,
+    OnnxExportError,
+    check_int8,
+    ensure_int8,
+    ensure_onnx,
+    export,
+    graph_name,
+    int8_name,
+)
 
 TEXTS = [
     "How do I reverse a list in Python?",
@@ -71,6 +81,43 @@ def test_a_fallback_directory_is_used_only_when_the_graph_is_not_next_to_the_mod
     assert list(tmp_path.iterdir()) == []
 
 
-def test_auto_picks_onnx_on_the_cpu() -> None:
-    assert load_embedder(device="cpu").backend == "onnx"
+def test_auto_picks_onnx_int8_on_the_cpu() -> None:
+    chosen = load_embedder(device="cpu")
+    assert (chosen.backend, chosen.precision) == ("onnx", "int8")
+    assert load_embedder(device="cpu", precision="float32").precision == "float32"
     assert load_embedder(device="cpu", backend="torch").backend == "torch"
+
+
+def test_the_int8_graph_gives_vectors_near_float32_and_the_same_word_pieces(
+    onnx_encoder: OnnxEncoder,
+) -> None:
+    int8 = load_embedder(device="cpu", backend="onnx-int8")
+    assert isinstance(int8, OnnxEncoder) and int8.precision == "int8"
+    assert int8.path.name == int8_name(onnx_encoder.path)
+    assert int8.path.stat().st_size < onnx_encoder.path.stat().st_size * 0.8
+    for got, want in zip(int8.encode(TEXTS[:4]), onnx_encoder.encode(TEXTS[:4]), strict=True):
+        assert 0.98 <= float(got.vector @ want.vector) < 0.99999  # close, not the same
+        mine, theirs = (
+            TokenFeatures.from_bytes(got.features),
+            TokenFeatures.from_bytes(want.features),
+        )
+        np.testing.assert_array_equal(mine.ids, theirs.ids)
+
+
+def test_an_int8_graph_that_computes_other_vectors_is_refused(
+    encoder: SentenceEncoder, onnx_encoder: OnnxEncoder, tmp_path: Path
+) -> None:
+    quantized = ensure_int8(encoder.model, onnx_encoder.path, tmp_path)
+    check_int8(encoder.model, quantized)  # the real one passes
+    import onnx
+
+    graph = onnx.load(str(quantized))
+    for tensor in graph.graph.initializer:  # scramble every int8 weight matrix
+        if tensor.data_type == onnx.TensorProto.INT8:
+            values = onnx.numpy_helper.to_array(tensor)
+            scrambled = np.random.default_rng(0).permutation(values.ravel()).reshape(values.shape)
+            tensor.CopyFrom(onnx.numpy_helper.from_array(scrambled, tensor.name))
+    broken = tmp_path / "broken.onnx"
+    onnx.save(graph, str(broken))
+    with pytest.raises(OnnxExportError, match="int8 graph differs"):
+        check_int8(encoder.model, broken)

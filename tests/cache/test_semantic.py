@@ -122,3 +122,15 @@ async def test_a_lookup_the_busy_embedder_cannot_serve_in_time_fails_open_at_onc
 
 async def _run(awaitable: Awaitable[object]) -> None:
     await awaitable
+
+
+async def test_the_time_kept_for_search_and_decision_falls_with_time_and_leaves_half_the_budget(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
+) -> None:
+    """Only admitted lookups measure it: one slow burst must not lock the embedder out."""
+    async with semantic_cache(tmp_path, encoder, verifier, budget_s=0.05) as cache:
+        cache._after_embed(0.2, now=100.0)  # a burst: search and decision took 200 ms
+        assert cache._reserved_after_embed(100.0) == 0.025  # half the budget at most
+        assert cache._reserved_after_embed(104.0) == 0.2 / 16  # halves each second
+        cache._after_embed(0.001, now=110.0)
+        assert abs(cache._reserved_after_embed(110.0) - 0.001) < 1e-3

@@ -108,3 +108,11 @@ def test_valid_policies_per_model_and_per_tenant() -> None:
 def test_wrong_policies_fail_at_start_up(extra: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         settings(**extra)
+
+
+def test_a_max_tokens_no_store_can_hold_is_refused() -> None:
+    """Found by the admin API's schema fuzzing: 10**30 passed validation, then failed to
+    be written (orjson takes 64-bit integers), a 500 instead of a 400."""
+    assert Degrade(when_wait_over=0.5, max_tokens=2**53).max_tokens == 2**53
+    with pytest.raises(ValidationError, match="less than or equal"):
+        Degrade(when_wait_over=0.5, max_tokens=10**30)
