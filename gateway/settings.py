@@ -138,7 +138,7 @@ class Degrade(Strict):
     deadline, cap its output at `max_tokens`, and/or send it to `model` instead."""
 
     when_wait_over: float = Field(gt=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)  # stored as JSON
     model: Name | None = None
     classes: list[Priority] = Field(default_factory=_batch_only, min_length=1)
 
