@@ -38,7 +38,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,18 +78,8 @@ def ensure_onnx(
     model: SentenceTransformer, model_dir: Path, fallback_dir: Path | None = None
 ) -> Path:
     """The ONNX graph of `model` (loaded from `model_dir`), exported on first use."""
-    name = graph_name(model_dir)
     places = [model_dir / SUBDIR] + ([fallback_dir] if fallback_dir is not None else [])
-    for place in places:
-        if (place / name).is_file():
-            return place / name
-    failures = []
-    for place in places:
-        try:
-            return export(model, place / name)
-        except OSError as exc:  # a read-only model folder: try the next place
-            failures.append(f"{place}: {exc}")
-    raise OnnxExportError("cannot write the ONNX graph: " + "; ".join(failures))
+    return _found_or_made(graph_name(model_dir), places, lambda target: export(model, target))
 
 
 def int8_name(graph: Path) -> str:
@@ -99,18 +89,22 @@ def int8_name(graph: Path) -> str:
 
 def ensure_int8(model: SentenceTransformer, graph: Path, fallback_dir: Path | None = None) -> Path:
     """The int8 graph derived from the float32 `graph`, quantised on first use."""
-    name = int8_name(graph)
     places = [graph.parent] + ([fallback_dir] if fallback_dir is not None else [])
+    return _found_or_made(int8_name(graph), places, lambda target: quantize(model, graph, target))
+
+
+def _found_or_made(name: str, places: list[Path], make: Callable[[Path], Path]) -> Path:
+    """`name` in the first of `places` that has it; else made in the first writable one."""
     for place in places:
         if (place / name).is_file():
             return place / name
     failures = []
     for place in places:
         try:
-            return quantize(model, graph, place / name)
-        except OSError as exc:
+            return make(place / name)
+        except OSError as exc:  # a read-only model folder: try the next place
             failures.append(f"{place}: {exc}")
-    raise OnnxExportError("cannot write the int8 ONNX graph: " + "; ".join(failures))
+    raise OnnxExportError(f"cannot write {name}: " + "; ".join(failures))
 
 
 def quantize(model: SentenceTransformer, graph: Path, target: Path) -> Path:
