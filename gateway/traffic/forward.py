@@ -116,7 +116,12 @@ async def _attempts(
         tried.add(handle.id)
         lease.use(handle)
         started = time.perf_counter()
-        upstream, failure = await _try(handle.upstream, path, body, headers, streamed)
+        if streamed:
+            lease.slot.prefilling()
+        try:
+            upstream, failure = await _try(handle.upstream, path, body, headers, streamed)
+        finally:
+            lease.slot.first_token()
         outcome: AttemptOutcome = upstream.status if upstream is not None else _kind(failure)
         if streamed and outcome == 200:
             handle.capacity.observe("ttft", time.perf_counter() - started, time.monotonic())

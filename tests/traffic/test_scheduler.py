@@ -785,3 +785,31 @@ async def test_expected_wait_s_is_the_wait_admission_counts_on() -> None:
     await h.submit("fits", tenant="a", deadline=clock.now + 4.1)
     assert [tag for tag, _, _ in h.pending] == ["fits"]
     await h.drain()
+
+
+async def test_lower_classes_wait_while_a_top_class_stream_awaits_its_first_token() -> None:
+    """Free slots, yet no batch dispatch while an interactive stream is being prefilled:
+    a batch prompt sent then would share the engine step that computes the interactive
+    prompt. Batch goes once the first token came, or the attempt ended without one."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock))
+    await h.submit("i0", tenant="web", priority="interactive")
+    (interactive, _usage) = h.running[0]
+    interactive.prefilling()
+    await h.submit("b0", tenant="jobs")
+    assert h.order == ["i0"]  # b0 waits with nine slots free
+    await h.submit("i1", tenant="web", priority="interactive")
+    assert h.order == ["i0", "i1"]  # the top class itself is not held
+    interactive.first_token()
+    await h.settle()
+    assert h.order == ["i0", "i1", "b0"]
+    batch_slot, _ = h.running[-1]
+    batch_slot.prefilling()  # a lower class's own stream holds nobody
+    await h.submit("b1", tenant="jobs")
+    assert h.order[-1] == "b1"
+    interactive.prefilling()  # again, for a retry
+    await h.submit("b2", tenant="jobs")
+    assert h.order[-1] == "b1"
+    interactive.release(10, 0, service_s=1.0)  # ended without a first token
+    await h.settle()
+    assert h.order[-1] == "b2"
