@@ -154,9 +154,15 @@ async def test_priority_policy_serves_the_lowest_value_first(start_engine: Start
 
         blocker = asyncio.ensure_future(send("blocker", 0, max_tokens=60))
         await until(lambda: stats(url)["running"] == 1)
+        # Slow steps while the others queue: the blocker must still run when they are
+        # all waiting (at 5 ms a step it could end first on a busy machine).
+        httpx.post(url + "/_control", json={"step_scale": 20.0}).raise_for_status()
         later = [asyncio.ensure_future(send(n, 5)) for n in ("late-a", "late-b")]
         await until(lambda: stats(url)["waiting"] == 2)
         urgent = asyncio.ensure_future(send("urgent", -1))
+        await until(lambda: stats(url)["waiting"] == 3)
+        assert stats(url)["running"] == 1
+        httpx.post(url + "/_control", json={"step_scale": 1.0}).raise_for_status()
         await asyncio.gather(blocker, urgent, *later)
     assert order[:2] == ["blocker", "urgent"]
 
