@@ -220,8 +220,11 @@ async def test_step_scale_doubles_the_latency(engine: str) -> None:
         after = await timed()
     finally:
         httpx.post(engine + "/_control", json={"step_scale": 1.0}).raise_for_status()
-    assert 0.3 <= before < 0.5
-    assert 1.6 < after / before < 2.5
+    # The steps, plus the HTTP round trip and the prefill, which a ratio would count twice
+    # (a busy machine's 0.46 s against 0.74 s once read as 1.59x): doubling adds the steps'
+    # time again, 0.26-0.29 s measured here, and less than the whole first answer took.
+    assert 0.3 <= before < 0.6
+    assert 0.2 < after - before < before
 
 
 async def test_a_client_that_disconnects_aborts_its_request(start_engine: StartEngine) -> None:
