@@ -167,16 +167,14 @@ class BatchingEmbedder:
         if self._dispatcher is None:
             raise RuntimeError("BatchingEmbedder.start() was not awaited")
         if within_s is None:
-            return await self._queue(self._background, text, math.inf)
+            return await self._queue(self._background, self._request(text, math.inf))
         expected = self.expected_wait_s()
         if expected > within_s:
             self.refused += 1
             raise EmbedderBusy(f"the embedder would take {expected:.3f} s")
         request = self._request(text, time.monotonic() + within_s)
-        self._lookups.append(request)
-        self._arrived.set()
         try:
-            return await request.future
+            return await self._queue(self._lookups, request)
         finally:  # given up past its budget too: it resumed at least this late
             if request.ended is not None:
                 self._resumed(time.monotonic() - request.ended)
@@ -187,8 +185,7 @@ class BatchingEmbedder:
     def _request(self, text: str, deadline: float) -> _Request:
         return _Request(text, asyncio.get_running_loop().create_future(), deadline)
 
-    async def _queue(self, queue: deque[_Request], text: str, deadline: float) -> Embedded:
-        request = self._request(text, deadline)
+    async def _queue(self, queue: deque[_Request], request: _Request) -> Embedded:
         queue.append(request)
         self._arrived.set()
         return await request.future

@@ -52,8 +52,10 @@ class Embedded:
 Precision = Literal["float32", "bfloat16", "auto"]
 DEFAULT_PRECISION: Precision = "auto"
 
-# Which runtime runs the pass. torch: SentenceEncoder. onnx: OnnxEncoder, on the CPU only.
-# auto: onnx on the CPU (for a model cache/bert.py reproduces), torch otherwise (CUDA).
+# Which runtime runs the pass. torch: SentenceEncoder. onnx: OnnxEncoder, on the CPU only;
+# onnx-int8: the same with int8 weights (cache/onnx_export.py ensure_int8). auto: onnx-int8
+# on the CPU (for a model cache/bert.py reproduces; float32 if asked for, or if the int8
+# graph is off on this CPU), torch otherwise (CUDA).
 # Measured on this 2-core machine (bench/cache_latency.py --quick --embedder torch,onnx;
 # README "Semantic cache"): ONNX Runtime runs a lone prompt in half torch's float32 time,
 # and a little slower than torch's bf16 pass where the CPU has bf16 (5.3 against 4.3 ms);
@@ -273,26 +275,29 @@ def load_embedder(
 
     graph = ensure_onnx(model, path, onnx_dir)
     if weights == "int8":
-        graph, weights = _int8_graph(model, graph, onnx_dir, required=backend == "onnx-int8")
-    return OnnxEncoder.of(model, graph, weights)
+        int8 = _int8_encoder(model, graph, onnx_dir, required=backend == "onnx-int8")
+        if int8 is not None:
+            return int8
+    return OnnxEncoder.of(model, graph)
 
 
-def _int8_graph(
+def _int8_encoder(
     model: SentenceTransformer, graph: Path, onnx_dir: Path | None, *, required: bool
-) -> tuple[Path, str]:
-    """The int8 graph if it computes near-float32 vectors on this CPU; else, unless asked
-    for by name, the float32 graph (one warning)."""
+) -> Encoder | None:
+    """The int8 graph's encoder if it computes near-float32 vectors on this CPU; else,
+    unless asked for by name, None (one warning): the float32 graph then runs."""
+    from cache.onnx_encoder import OnnxEncoder
     from cache.onnx_export import OnnxExportError, check_int8, ensure_int8
 
     try:
-        quantized = ensure_int8(model, graph, onnx_dir)
-        check_int8(model, quantized)
+        encoder = OnnxEncoder.of(model, ensure_int8(model, graph, onnx_dir), "int8")
+        check_int8(model, lambda texts: np.stack([e.vector for e in encoder.encode(texts)]))
     except OnnxExportError as exc:
         if required:
             raise
         _log.warning("embedder: int8 is not usable here (%s); running float32", exc)
-        return graph, "float32"
-    return quantized, "int8"
+        return None
+    return encoder
 
 
 def load_sentence_model(path: Path, device: str) -> SentenceTransformer:

@@ -42,6 +42,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -120,7 +123,7 @@ def quantize(model: SentenceTransformer, graph: Path, target: Path) -> Path:
             op_types_to_quantize=["MatMul"],
             per_channel=True,
         )
-        check_int8(model, temporary)
+        check_int8(model, graph_vectors(model, temporary))
         os.replace(temporary, target)
     seconds = time.perf_counter() - started
     _log.warning("embedder: quantised the ONNX graph to int8 in %.1f s: %s", seconds, target)
@@ -213,7 +216,6 @@ def _trace(forward: Any, model: SentenceTransformer, path: Path) -> None:
 
 def _check(model: SentenceTransformer, path: Path) -> None:
     """The graph gives the torch pass's vectors (cosine >= _MIN_COSINE), padding included."""
-    import numpy as np
     import onnxruntime
     import torch
 
@@ -235,24 +237,36 @@ def _check(model: SentenceTransformer, path: Path) -> None:
         raise OnnxExportError(f"the exported graph differs from torch (cosine {cosines.min()})")
 
 
-def check_int8(model: SentenceTransformer, quantized: Path) -> None:
-    """Raises OnnxExportError unless the int8 graph's sentence vectors, computed on this
-    CPU, are near the torch pass's float32 ones (cosine >= _MIN_INT8_COSINE). Checked at
-    each load, not only at export: the integer kernels differ from one CPU to another
-    (VNNI or not), and a graph may have been quantised on another machine."""
-    import numpy as np
-    import onnxruntime
+SentenceVectors = Callable[[list[str]], npt.NDArray[np.float32]]  # texts -> vectors
 
+
+def check_int8(model: SentenceTransformer, vectors: SentenceVectors) -> None:
+    """Raises OnnxExportError unless the int8 graph's sentence vectors (`vectors`, computed
+    on this CPU) are near the torch pass's float32 ones (cosine >= _MIN_INT8_COSINE).
+    Checked at each load, not only at export: the integer kernels differ from one CPU to
+    another (VNNI or not), and a graph may have been quantised on another machine."""
     texts = _CHECK_TEXTS[:2]
-    inputs = {k: v.numpy() for k, v in _inputs(model, texts).items()}
-    session = onnxruntime.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
-    _, got = session.run(list(OUTPUTS), inputs)
+    got = vectors(texts)
     want = model.encode(texts, convert_to_numpy=True)
     got = got / np.linalg.norm(got, axis=1, keepdims=True)
     want = want / np.linalg.norm(want, axis=1, keepdims=True)
     cosine = float((got * want).sum(1).min())
     if cosine < _MIN_INT8_COSINE:
         raise OnnxExportError(f"the int8 graph differs from float32 here (cosine {cosine:.4f})")
+
+
+def graph_vectors(model: SentenceTransformer, graph: Path) -> SentenceVectors:
+    """The sentence vectors of `graph`, for `check_int8` (a session of its own)."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+
+    def vectors(texts: list[str]) -> npt.NDArray[np.float32]:
+        inputs = {k: v.numpy() for k, v in _inputs(model, texts).items()}
+        _, sentence = session.run(list(OUTPUTS), inputs)
+        return np.asarray(sentence, dtype=np.float32)
+
+    return vectors
 
 
 def main(argv: list[str] | None = None) -> None:

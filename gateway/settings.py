@@ -182,8 +182,9 @@ class CacheSettings(Strict):
     enabled: bool = True
     model_path: str | None = None  # a sentence-transformers folder; None: the packaged MiniLM
     device: str | None = None  # None: cuda when available, else cpu
-    # What runs the embedding model: onnx (ONNX Runtime, CPU only), torch, or auto: onnx on
-    # the CPU, torch on CUDA (README "Semantic cache").
+    # What runs the embedding model: onnx-int8 or onnx (ONNX Runtime, int8 or float32
+    # weights, CPU only), torch, or auto: onnx-int8 on the CPU, torch on CUDA (README
+    # "Semantic cache").
     embedder: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     path: Path = Path(".gateway/cache")  # where the `memory` state store persists entries
     ttl_s: float = Field(default=7 * 86400, gt=0)

@@ -19,6 +19,7 @@ from cache.onnx_export import (
     ensure_onnx,
     export,
     graph_name,
+    graph_vectors,
     int8_name,
 )
 
@@ -108,7 +109,7 @@ def test_an_int8_graph_that_computes_other_vectors_is_refused(
     encoder: SentenceEncoder, onnx_encoder: OnnxEncoder, tmp_path: Path
 ) -> None:
     quantized = ensure_int8(encoder.model, onnx_encoder.path, tmp_path)
-    check_int8(encoder.model, quantized)  # the real one passes
+    check_int8(encoder.model, graph_vectors(encoder.model, quantized))  # the real one passes
     import onnx
 
     graph = onnx.load(str(quantized))
@@ -120,4 +121,4 @@ def test_an_int8_graph_that_computes_other_vectors_is_refused(
     broken = tmp_path / "broken.onnx"
     onnx.save(graph, str(broken))
     with pytest.raises(OnnxExportError, match="int8 graph differs"):
-        check_int8(encoder.model, broken)
+        check_int8(encoder.model, graph_vectors(encoder.model, broken))
