@@ -801,9 +801,11 @@ def embed_phase(queries: list[str], rounds: int) -> None:
     if not queries:
         return
     progress("embed: the forward pass alone")
-    model = load_embedder(backend="torch").model
-    onnx = load_embedder(backend="onnx")
-    default = load_embedder()
+    # On the CPU, also on a GPU machine: these are the CPU's passes (bench/gpu_check.py
+    # times the GPU's); ONNX Runtime runs on the CPU only.
+    model = load_embedder(device="cpu", backend="torch").model
+    onnx = load_embedder(device="cpu", backend="onnx")
+    default = load_embedder(device="cpu")
     variants: dict[tuple[str, str], Any] = {
         ("library", "float32"): SentenceEncoder(model, fast=False),
         ("fast", "float32"): SentenceEncoder(model, "float32"),

@@ -145,7 +145,14 @@ class SentenceEncoder:
 
     def _forward(self, texts: list[str]) -> dict[str, Any]:
         if self._fast is None:
-            return dict(self._model(self._model.preprocess(texts)))
+            # preprocess() leaves the tensors on the CPU; encode() would move them, and
+            # the model's forward does not (on CUDA it stopped on the first lookup).
+            device = self._model.device
+            features = {
+                name: value.to(device) if hasattr(value, "to") else value
+                for name, value in self._model.preprocess(texts).items()
+            }
+            return dict(self._model(features))
         # What sentence-transformers' Transformer, Pooling (mean) and Normalize modules do.
         inputs = self._model.tokenizer(
             texts,
