@@ -60,10 +60,10 @@ class TimedVerifier:
     def threshold(self) -> float:
         return float(self._verifier.threshold)
 
-    def score_many(self, query: bytes, candidates: Sequence[bytes]) -> list[float]:
+    def score_pairs(self, asks: Sequence[tuple[bytes, Sequence[bytes]]]) -> list[list[float]]:
         started = time.perf_counter()
         try:
-            return list(self._verifier.score_many(query, candidates))
+            return list(self._verifier.score_pairs(asks))
         finally:
             self.seconds += time.perf_counter() - started
 
@@ -131,8 +131,8 @@ async def _measure(
         # The gateway's defaults (gateway/settings.py CacheSettings).
         embedder = BatchingEmbedder(models.encoder, window_ms=2.0, max_batch=32)
         async with embedder:
-            # The timing wrapper stands in for the PairVerifier (decide() only needs
-            # `threshold` and `score_many`).
+            # The timing wrapper stands in for the PairVerifier (the cache only needs
+            # `threshold` and `score_pairs`).
             timed: Any = verifier
             cache = SemanticCache(
                 store,

@@ -94,6 +94,20 @@ class Decision:
         return self.index is not None
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """A semantic decision that waits for the verifier's scores of `allowed` (the
+    candidates every guard let through); `conclude` then decides."""
+
+    query: bytes  # the query's TokenFeatures bytes
+    candidates: Sequence[Candidate]
+    allowed: list[int]
+    strict: list[bool]  # per allowed candidate: a word without a counterpart
+
+    def features(self) -> list[bytes]:
+        return [self.candidates[i].features for i in self.allowed]
+
+
 def decide(
     query_prompt: str,
     query: Embedded,
@@ -102,6 +116,23 @@ def decide(
     verifier: Verifier | None,
 ) -> Decision:
     """Pick the candidate to serve, or none. Pure: same inputs, same decision."""
+    step = prepare(query_prompt, query, candidates, settings, verifier is not None)
+    if isinstance(step, Decision):
+        return step
+    assert verifier is not None  # prepare() asks for scores only when there is one
+    scores = verifier.score_many(step.query, step.features())
+    return conclude(step, scores, settings, verifier.threshold)
+
+
+def prepare(
+    query_prompt: str,
+    query: Embedded,
+    candidates: Sequence[Candidate],
+    settings: DecisionSettings,
+    verified: bool,
+) -> Decision | Scoring:
+    """decide() up to the verifier: the decision where none is needed, else what to score
+    (so that a caller can score many lookups' candidates in one pass)."""
     if not candidates:
         return _miss("no_candidates")
     query_form = normalize(query_prompt)
@@ -109,9 +140,9 @@ def decide(
         found = _normalized_hit(query_form, candidates)
         if found is not None:
             return Decision(found, "normalized", candidates[found].similarity, None, "normalized")
-    if not settings.semantic_tier or verifier is None:
+    if not settings.semantic_tier or not verified:
         return _miss("semantic_tier_off")
-    return _semantic(query_form, query, candidates, settings, verifier)
+    return _screened(query_form, query, candidates, settings)
 
 
 def _normalized_hit(query_form: str, candidates: Sequence[Candidate]) -> int | None:
@@ -119,13 +150,12 @@ def _normalized_hit(query_form: str, candidates: Sequence[Candidate]) -> int | N
     return max(matches, key=lambda i: candidates[i].similarity) if matches else None
 
 
-def _semantic(
+def _screened(
     query_form: str,
     query: Embedded,
     candidates: Sequence[Candidate],
     settings: DecisionSettings,
-    verifier: Verifier,
-) -> Decision:
+) -> Decision | Scoring:
     ranked = sorted(range(len(candidates)), key=lambda i: -candidates[i].similarity)
     floor = settings.similarity_floor
     near = [i for i in ranked[: settings.top_k] if candidates[i].similarity >= floor]
@@ -137,14 +167,22 @@ def _semantic(
     allowed = [i for i in near if screened[i][0] is None]
     if not allowed:
         return _miss(screened[near[0]][0] or "guard")
-    scores = verifier.score_many(query.features, [candidates[i].features for i in allowed])
+    return Scoring(query.features, candidates, allowed, [screened[i][1] > 0 for i in allowed])
+
+
+def conclude(
+    scoring: Scoring, scores: Sequence[float], settings: DecisionSettings, threshold: float
+) -> Decision:
+    """The decision, given the verifier's scores of `scoring.features()` in order, and its
+    shipped threshold (which `settings.verifier_threshold` overrides)."""
+    candidates, allowed = scoring.candidates, scoring.allowed
     base = settings.verifier_threshold
-    base = verifier.threshold if base is None else base
+    base = threshold if base is None else base
     strict = max(base, settings.unexplained_threshold)
     passed = [
         (score, i)
-        for score, i in zip(scores, allowed, strict=True)
-        if score >= (strict if screened[i][1] else base)
+        for score, i, unexplained in zip(scores, allowed, scoring.strict, strict=True)
+        if score >= (strict if unexplained else base)
     ]
     if not passed:
         best = max(range(len(allowed)), key=lambda k: scores[k])

@@ -41,13 +41,13 @@ from cache.batching import EmbedderBusy
 from cache.bounded import SIGNAL_MODEL, Explored, Ledger, agree, answer_text
 from cache.entry import CacheEntry, new_entry_id
 from cache.policy import CacheKey
+from cache.scoring import BatchingScorer, PairScorer
 from cache.store import CacheStore, CacheUnavailable
 
 if TYPE_CHECKING:  # the model-backed parts load only when the cache is enabled
     from cache.batching import BatchingEmbedder
     from cache.decision import DecisionSettings
     from cache.embedder import Embedded
-    from cache.verifier import PairVerifier
 
 _log = logging.getLogger("cache.semantic")
 _STORE_TIMEOUT_S = 10.0
@@ -117,7 +117,7 @@ class SemanticCache:
         self,
         store: CacheStore,
         embedder: BatchingEmbedder,
-        verifier: PairVerifier | None,
+        verifier: PairScorer | None,
         decision: DecisionSettings,
         tasks: TaskGroup,
         *,
@@ -132,7 +132,8 @@ class SemanticCache:
     ) -> None:
         self._store = store
         self._embedder = embedder
-        self._verifier = verifier
+        # Lookups resumed by one embedder pass share one verifier pass (cache/scoring.py).
+        self._scorer = BatchingScorer(verifier) if verifier is not None else None
         self._decision = decision
         self._tasks = tasks
         self._budget_s = budget_s
@@ -248,7 +249,7 @@ class SemanticCache:
         return await self._nearest(key, deadline, delta)
 
     async def _nearest(self, key: CacheKey, deadline: float, delta: float | None) -> Lookup:
-        from cache.decision import Candidate, decide
+        from cache.decision import Candidate, Decision, conclude, prepare
 
         started = time.perf_counter()
         # The embedding must leave the search and the decision their time in the budget.
@@ -265,7 +266,12 @@ class SemanticCache:
         candidates = [Candidate(e.prompt, e.features, score) for e, score in near]
         if delta is not None:  # the bound takes the verifier threshold's place
             decision = replace(decision, verifier_threshold=0.0, unexplained_threshold=0.0)
-        decided = decide(key.prompt, embedded, candidates, decision, self._verifier)
+        scorer = self._scorer
+        decided = prepare(key.prompt, embedded, candidates, decision, scorer is not None)
+        if not isinstance(decided, Decision):  # scores wanted: prepare() saw a scorer
+            assert scorer is not None
+            scores = await scorer.score_many(decided.query, decided.features())
+            decided = conclude(decided, scores, decision, scorer.threshold)
         if decided.index is None:
             looked = Lookup(None, best, embedded, reason=_miss_reason(decided.reason))
         else:

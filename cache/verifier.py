@@ -216,14 +216,31 @@ class PairVerifier:
         return self.score_many(query, [candidate])[0]
 
     def score_many(self, query: bytes | Side, candidates: Sequence[bytes | Side]) -> list[float]:
+        return self.score_pairs([(query, candidates)])[0]
+
+    def score_pairs(
+        self, asks: Sequence[tuple[bytes | Side, Sequence[bytes | Side]]]
+    ) -> list[list[float]]:
+        """Several queries' candidates in one forward pass: per (query, candidates), the
+        scores score_many gives. One pass over 32 pairs measured 5 ms here against 1.9 ms
+        for each pair alone (the network's per-call overhead dominates a pair)."""
         import torch
 
-        if not candidates:
-            return []
-        q = query if isinstance(query, Side) else self.side(query)
-        others = [c if isinstance(c, Side) else self.side(c) for c in candidates]
+        queries: list[Side] = []
+        others: list[Side] = []
+        for query, candidates in asks:
+            q = query if isinstance(query, Side) else self.side(query)
+            queries.extend([q] * len(candidates))
+            others.extend(c if isinstance(c, Side) else self.side(c) for c in candidates)
+        if not others:
+            return [[] for _ in asks]
         with torch.inference_mode():
-            logits = self._network(batch_sides([q] * len(others)), batch_sides(others))
+            logits = self._network(batch_sides(queries), batch_sides(others))
         # In float64: float32 rounds every confident pair to exactly 1.0, and thresholds
         # near 1 (the strict one, precision curves) need the order among them.
-        return [1.0 / (1.0 + math.exp(-float(x))) for x in logits.double()]
+        scores = [1.0 / (1.0 + math.exp(-float(x))) for x in logits.double()]
+        out, start = [], 0
+        for _, candidates in asks:
+            out.append(scores[start : start + len(candidates)])
+            start += len(candidates)
+        return out

@@ -4,6 +4,7 @@ verifier and local store."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -16,9 +17,11 @@ from cache.batching import BatchingEmbedder
 from cache.decision import DecisionSettings
 from cache.embedder import SentenceEncoder
 from cache.policy import CacheInputs, CacheKey, cache_key
+from cache.scoring import PairScorer
 from cache.semantic import Answer, SemanticCache
 from cache.store import LocalCacheStore
 from cache.verifier import PairVerifier
+from tests.cache.test_scoring import Counting
 
 ANSWER = orjson.dumps(
     {"choices": [{"index": 0, "message": {"content": "Use a tuple."}, "finish_reason": "stop"}]}
@@ -36,7 +39,7 @@ def key(prompt: str) -> CacheKey:
 async def semantic_cache(
     tmp_path: Path,
     encoder: SentenceEncoder,
-    verifier: PairVerifier,
+    verifier: PairScorer,
     budget_s: float = 30.0,
     failures: list[str] | None = None,
     embedder: BatchingEmbedder | None = None,
@@ -84,6 +87,27 @@ async def test_a_stored_answer_is_found_by_every_tier(
         assert await hit_tier("How can I reset my password?") == "semantic"
         assert await hit_tier("How do I delete my account?") is None
         assert await hit_tier("an error") is None  # errors are never stored
+
+
+async def test_lookups_resumed_by_one_embedder_pass_share_one_verifier_pass(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
+) -> None:
+    counting = Counting(verifier)
+    stored = [f"How do I {task}?" for task in ("reset my password", "delete my account")]
+    async with semantic_cache(tmp_path, encoder, counting) as cache:
+        for prompt in stored:
+            cache.store_later(Answer(key(prompt), "t", "m", ANSWER))
+        with anyio.fail_after(10):  # in the store (a normalised hit), not only pending
+            for prompt in stored:
+                while (await cache.lookup(key(prompt.lower().rstrip("?")))).found is None:
+                    await anyio.sleep(0.02)
+        counting.passes.clear()
+        reworded = [prompt.replace("How do I", "How can I") for prompt in stored]
+        looked = await asyncio.gather(*(cache.lookup(key(prompt)) for prompt in reworded))
+        assert [(f.found.tier, f.found.entry.prompt) for f in looked if f.found] == [
+            ("semantic", prompt) for prompt in stored
+        ]
+        assert counting.passes == [2]  # one embedder pass, then one verifier pass
 
 
 async def test_a_lookup_past_its_budget_fails_open(
