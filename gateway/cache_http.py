@@ -184,6 +184,9 @@ class HttpCache:
             "x-cache-saved-tokens": str(_saved_tokens(answer)),
             "server-timing": _timing(probe),
         }
+        own = probe.lookup.failed or probe.lookup.reason  # why its own lookup did not answer
+        if own is not None:  # None: it followed without looking up
+            headers["x-cache-miss-reason"] = own
         return cls._hit(probe, answer, headers, streamed)
 
     def _answer(self, probe: Probe, found: Found, streamed: bool, request_id: str) -> Response:

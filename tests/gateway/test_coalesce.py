@@ -11,8 +11,9 @@ import anyio
 import orjson
 
 from cache.policy import CacheInputs, Mode, cache_key
+from cache.semantic import Lookup
 from cache.sse import DONE, StreamRecorder, event_data, split_events
-from gateway.cache_http import Probe
+from gateway.cache_http import HttpCache, Probe
 from gateway.coalesce import Flight, Flights, _for_followers
 from gateway.relay import Ending
 
@@ -166,6 +167,19 @@ async def test_a_whole_follower_gets_the_stream_recorded() -> None:
         await flight.leader_done()
     assert got[0] is not None
     assert orjson.loads(got[0])["choices"][0]["message"]["content"] == WHOLE
+
+
+def test_a_follower_says_why_its_own_lookup_missed_if_it_looked_up() -> None:
+    answer = {"choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}]}
+    body = orjson.dumps(answer)
+    followed_at_once = HttpCache.coalesced(probe(), body, False, "req-1")
+    looked_up = probe()
+    looked_up.lookup = Lookup(failed="embedder_busy")
+    after_a_failed_lookup = HttpCache.coalesced(looked_up, body, False, "req-2")
+    assert followed_at_once is not None and after_a_failed_lookup is not None
+    assert followed_at_once.headers["x-cache"] == "coalesced"
+    assert "x-cache-miss-reason" not in followed_at_once.headers
+    assert after_a_failed_lookup.headers["x-cache-miss-reason"] == "embedder_busy"
 
 
 def test_followers_get_the_stream_without_its_usage_and_done() -> None:
