@@ -1,5 +1,16 @@
 """The lookup path of bench/cache_latency.py in process, without HTTP.
 
+    python bench/cache_latency_component.py --quick   # under a minute
+
+Run alone, it stores the real prompts (embedded here), fills the namespace to 10k entries,
+and asks the first rewording of each stored prompt (some are hits, some misses): at
+concurrency 1 and 64 with no budget to speak of (the cache's own capacity), then at 64
+with the gateway's 50 ms lookup budget (`--budget-ms`), a client waiting 200 ms after each
+lookup that is no hit (`--miss-ms`: the model answers it). JSON lines as
+bench/cache_latency.py's (`level: component`), with `budget_ms` and `miss_ms`. Run by
+bench/cache_latency.py (full mode), the component phase asks the rewordings the gateway
+found to hit, with no budget.
+
 The same objects the gateway builds (gateway/compose.py build_cache): the packaged MiniLM
 (`load_embedder()`) behind a `BatchingEmbedder` with the default window and batch size,
 the `PairVerifier`, `DecisionSettings()`, and a `LocalCacheStore` loaded from a snapshot
@@ -19,18 +30,29 @@ during a measurement; `hnsw=True` runs one sweep first, which converts a namespa
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from bench.cache_latency_data import MODEL, TENANT, chat_body
-from cache.policy import CacheInputs, cache_key
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import cache_latency_data as data  # noqa: E402
+from bench.cache_latency_data import MODEL, TENANT, chat_body  # noqa: E402
+from bench.measure import percentile  # noqa: E402
+from cache.policy import CacheInputs, cache_key  # noqa: E402
 
 STAGES = ("embed", "search", "total")
+UNBOUNDED_S = 60.0  # a lookup budget no lookup reaches: the cache's own capacity
 
 
 @dataclass
@@ -89,6 +111,7 @@ class Run:
     concurrency: int
     duration_s: float
     warm_up_s: float
+    miss_s: float = 0.0  # a client waits this long after a lookup that is no hit (a model)
 
 
 def measure(
@@ -98,11 +121,13 @@ def measure(
     queries: list[str],
     runs: list[Run],
     hnsw: bool,
+    budget_s: float = UNBOUNDED_S,
 ) -> list[ComponentResult]:
-    """Loads `snapshot` into a fresh store and measures each run in turn."""
+    """Loads `snapshot` into a fresh store and measures each run in turn, lookups within
+    `budget_s` (the gateway's `cache.lookup_budget_ms`; by default no budget to speak of)."""
 
     async def main() -> list[ComponentResult]:
-        return await _measure(models, snapshot, max_entries, queries, runs, hnsw)
+        return await _measure(models, snapshot, max_entries, queries, runs, hnsw, budget_s)
 
     return anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
 
@@ -114,6 +139,7 @@ async def _measure(
     queries: list[str],
     runs: list[Run],
     hnsw: bool,
+    budget_s: float,
 ) -> list[ComponentResult]:
     from cache.batching import BatchingEmbedder
     from cache.decision import DecisionSettings
@@ -140,16 +166,16 @@ async def _measure(
                 timed,
                 DecisionSettings(),
                 tasks,
-                budget_s=60.0,
+                budget_s=budget_s,
                 ttl_s=7 * 86400,
                 on_stage=metrics.observe,
             )
             for run in runs:
-                await _loop(cache, queries, run.concurrency, run.warm_up_s, None, verifier)
+                await _loop(cache, queries, replace(run, duration_s=run.warm_up_s), None)
                 result = ComponentResult(run.concurrency, run.duration_s)
                 before = metrics.snapshot()
                 verifier.seconds = 0.0
-                await _loop(cache, queries, run.concurrency, run.duration_s, result, verifier)
+                await _loop(cache, queries, run, result)
                 after = metrics.snapshot()
                 result.stage_s = {s: after[s][0] - before[s][0] for s in STAGES}
                 result.lookups = int(after["total"][1] - before["total"][1])
@@ -160,40 +186,34 @@ async def _measure(
     return results
 
 
-async def _loop(
-    cache: Any,
-    queries: list[str],
-    concurrency: int,
-    seconds: float,
-    result: ComponentResult | None,
-    verifier: TimedVerifier,
-) -> None:
+async def _loop(cache: Any, queries: list[str], run: Run, result: ComponentResult | None) -> None:
     keys = []
     for prompt in queries:
         key = cache_key(f"tenant:{TENANT}", MODEL, CacheInputs.of("chat", chat_body(prompt)))
         assert key is not None
         keys.append(key)
-    deadline = time.perf_counter() + seconds
+    deadline = time.perf_counter() + run.duration_s
 
     async def worker(w: int) -> None:
-        n = w * len(keys) // concurrency
+        n = w * len(keys) // run.concurrency
         while (sent := time.perf_counter()) < deadline:
             lookup = await cache.lookup(keys[n % len(keys)])
             n += 1
             done = time.perf_counter()
-            if result is None:
-                continue
             answer = lookup.found
             tier = answer.tier if answer is not None else None
-            if tier == "semantic":
+            if result is not None and tier == "semantic":
                 result.latencies_ms.append((done - sent) * 1000.0)
                 result.completed += done <= deadline
-            else:
-                label = f"{'hit' if answer is not None else 'miss'}:{tier or '-'}"
+            elif result is not None:
+                why = tier or lookup.failed or lookup.reason or "-"
+                label = f"{'hit' if answer is not None else 'miss'}:{why}"
                 result.other[label] = result.other.get(label, 0) + 1
+            if tier != "semantic" and run.miss_s:
+                await anyio.sleep(run.miss_s)  # the model answers what the cache did not
 
     async with anyio.create_task_group() as group:
-        for w in range(concurrency):
+        for w in range(run.concurrency):
             group.start_soon(worker, w)
 
 
@@ -209,3 +229,67 @@ class StageTimes:
 
     def snapshot(self) -> dict[str, tuple[float, float]]:
         return dict(self._seen)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 s rounds (default 6 s)")
+    parser.add_argument("--budget-ms", type=float, default=50.0, help="the bounded runs' budget")
+    parser.add_argument("--miss-ms", type=float, default=200.0, help="a miss's model time")
+    args = parser.parse_args(argv)
+    seconds = 2.0 if args.quick else 6.0
+    models = Models()
+    pairs = data.real_prompts(64)
+    stored = data.embedded_entries(models.encoder.encode, [prompt for prompt, _ in pairs])
+    queries = [rewordings[0] for _, rewordings in pairs]
+    plans = [
+        (UNBOUNDED_S, [Run(c, seconds, 1.0) for c in (1, 64)]),
+        (args.budget_ms / 1000, [Run(64, seconds, 1.0, args.miss_ms / 1000)]),
+    ]
+    with tempfile.TemporaryDirectory(prefix="bench-component-") as tmp:
+        snapshot = Path(tmp) / "entries.bin"
+        data.write_namespace(snapshot, 10_000, stored, filler_tokens=1)
+        for budget_s, runs in plans:
+            for result, run in zip(
+                measure(models, snapshot, 12_000, queries, runs, False, budget_s), runs, strict=True
+            ):
+                _report(result, budget_s, run)
+    return 0
+
+
+def _report(result: ComponentResult, budget_s: float, run: Run) -> None:
+    bounded = budget_s < UNBOUNDED_S
+    params = {
+        "kind": "semantic",
+        "concurrency": result.concurrency,
+        "entries": 10_000,
+        "level": "component",
+        "budget_ms": budget_s * 1000 if bounded else None,
+        "miss_ms": run.miss_s * 1000,
+    }
+    asked = result.completed + sum(result.other.values())
+    lat = result.latencies_ms
+    _emit("lookups_per_s", round(result.per_s, 1), "lookups/s", **params)
+    _emit("hit_latency_p50_ms", round(percentile(lat, 50), 3), "ms", **params)
+    _emit("hit_latency_p99_ms", round(percentile(lat, 99), 3), "ms", **params)
+    _emit("hit_fraction", round(result.completed / max(asked, 1), 4), "ratio", **params)
+    lookups = max(result.lookups, 1)
+    _emit("verifier_ms_per_lookup", round(result.verifier_s / lookups * 1000, 3), "ms", **params)
+    for stage in STAGES:
+        per = result.stage_s.get(stage, 0.0) / lookups * 1000
+        _emit(f"{stage}_ms_mean", round(per, 3), "ms", **params)
+    print(
+        f"  c={result.concurrency} budget={params['budget_ms']}: {result.per_s:.1f} hits/s, "
+        f"other {result.other}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _emit(metric: str, value: float, unit: str, **params: object) -> None:
+    line = {"bench": "cache_latency", "metric": metric, "value": value, "unit": unit}
+    print(json.dumps({**line, **params}), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,7 +20,7 @@ writes one.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import numpy as np
 import orjson
 
 from cache.codec import StoredEntry, read_snapshot, write_snapshot
+from cache.embedder import Embedded
 from cache.entry import CacheEntry
 from cache.features import TokenFeatures
 from cache.policy import CacheInputs, cache_key
@@ -179,6 +180,34 @@ def filler_entries(
 
 def filler_prompt(i: int) -> str:
     return f"{FILLER_PREFIX}{i:06d}: what does setting {i % 997} of module {i // 997} do?"
+
+
+def embedded_entries(
+    embed: Callable[[list[str]], list[Embedded]], prompts: list[str]
+) -> list[StoredEntry]:
+    """`prompts` stored as the gateway would store them, embedded by `embed` (for the
+    in-process store, which has no gateway to store them through)."""
+    created = time.time() - 60.0
+    stored = []
+    for i, (prompt, embedded) in enumerate(zip(prompts, embed(prompts), strict=True)):
+        key = cache_key(f"tenant:{TENANT}", MODEL, CacheInputs.of("chat", chat_body(prompt)))
+        assert key is not None
+        entry = CacheEntry(
+            entry_id=f"e{i:031x}",
+            namespace=key.namespace,
+            prompt=prompt,
+            exact_key=key.exact_key,
+            normalized_key=key.normalized_key,
+            vector=embedded.vector,
+            features=embedded.features,
+            response=answer_body(prompt),
+            model=MODEL,
+            tenant=TENANT,
+            created_at=created,
+            ttl_s=7 * 86400.0,
+        )
+        stored.append(StoredEntry(entry, 0.0, 0))
+    return stored
 
 
 def real_entries(snapshot: Path, dim: int = 384) -> list[StoredEntry]:
