@@ -7,7 +7,9 @@ machine, most of it the network's per-call overhead; 32 lookups took 60 ms, whil
 other request waited on the loop. So a lookup queues its question here, and the first one
 of a turn schedules one pass (`call_soon`, which runs after every callback ready in this
 turn) over all the questions queued by then: 5 ms for 32. A lookup alone is scored in the
-next turn, alone, at the cost of one loop turn.
+next turn, alone, at the cost of one loop turn. A pass that fails (an entry's features
+unreadable, say) is retried one question at a time, so that only the lookup that asked
+about that entry fails open, as it did when each lookup scored its own candidates.
 """
 
 from __future__ import annotations
@@ -58,10 +60,17 @@ class BatchingScorer:
             return
         try:
             scores = self.verifier.score_pairs([(a.query, a.candidates) for a in live])
-        except Exception as exc:  # each lookup fails open with the error, as alone
+        except Exception:  # one lookup's bad features must not fail the others: each alone
             for ask in live:
-                ask.future.set_exception(exc)
+                self._alone(ask)
             return
         self.passes += 1
         for ask, scored in zip(live, scores, strict=True):
             ask.future.set_result(scored)
+
+    def _alone(self, ask: _Ask) -> None:
+        self.passes += 1
+        try:
+            ask.future.set_result(self.verifier.score_pairs([(ask.query, ask.candidates)])[0])
+        except Exception as exc:  # this lookup fails open with the error, as before
+            ask.future.set_exception(exc)
