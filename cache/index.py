@@ -165,6 +165,32 @@ class NamespaceIndex:
         finally:
             self._lock.release()
 
+    def search_many_now(
+        self, queries: Vector, k: int, floor: float, accepts: Sequence[Callable[[str], bool]]
+    ) -> list[list[Hit]] | None:
+        """`search_now` for several queries (one row each, with its own `accept`) in one
+        FAISS call: 32 queries of a 10k flat namespace cost a few times one, not 32 times."""
+        q = _as_matrix(queries, self._dim)
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._kind == "flat" and self._gpu is None and len(self._ids) > _QUICK_FLAT:
+                return None
+            fetch = min(len(self._ids), 2 * k + 8, _MAX_FETCH)
+            if k <= 0 or fetch <= 0:
+                return [[] for _ in accepts]
+            with _omp_threads(1):
+                scores, positions = self._index.search(q, fetch)
+            found = []
+            for row, accept in enumerate(accepts):
+                hits, exhausted = self._collect(scores[row], positions[row], k, floor, accept)
+                if len(hits) < k and exhausted and fetch < min(len(self._ids), _MAX_FETCH):
+                    hits = self._search(q[row : row + 1], k, floor, accept)  # fetch more
+                found.append(hits)
+            return found
+        finally:
+            self._lock.release()
+
     def _search(
         self, q: Vector, k: int, floor: float, accept: Callable[[str], bool] | None
     ) -> list[Hit]:
@@ -353,6 +379,20 @@ class VectorIndex:
         """NamespaceIndex.search_now: a quick search, or None when it would have to wait."""
         index = self._namespaces.get(namespace)
         return [] if index is None else index.search_now(query, k, floor, accept)
+
+    def search_many_now(
+        self,
+        namespace: str,
+        queries: Vector,
+        k: int,
+        floor: float,
+        accepts: Sequence[Callable[[str], bool]],
+    ) -> list[list[Hit]] | None:
+        """NamespaceIndex.search_many_now: quick searches, or None when they would wait."""
+        index = self._namespaces.get(namespace)
+        if index is None:
+            return [[] for _ in accepts]
+        return index.search_many_now(queries, k, floor, accepts)
 
     def maintain(self) -> int:
         """Rebuild the changed namespaces that need it, and forget empty ones; returns how

@@ -52,7 +52,8 @@ from cache import redis_scripts
 from cache.codec import entry_fields, entry_from_fields
 from cache.entry import CacheEntry, Vector
 from cache.index import IndexConfig, VectorIndex
-from cache.store import BackgroundLoops, CacheUnavailable, check_entry, search_index
+from cache.search_batch import SearchBatcher
+from cache.store import BackgroundLoops, CacheUnavailable, check_entry
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class RedisCacheStore:
             for name in ("PUT", "GET", "HIT", "EXPIRE", "FLUSH", "DELETE")
         }
         self._index = VectorIndex(dim, index_config)
+        self._searches = SearchBatcher(lambda: self._index)  # one FAISS call per loop turn
         # Index changes, and this bookkeeping, happen in worker threads under _index_lock,
         # in the order they were made; searches only read _expires_at.
         self._index_lock = anyio.Lock()
@@ -159,13 +161,8 @@ class RedisCacheStore:
         self, namespace: str, vector: Vector, k: int, floor: float
     ) -> list[tuple[CacheEntry, float]]:
         now = self._clock()
-        hits = await search_index(
-            self._index,
-            namespace,
-            vector,
-            k,
-            floor,
-            lambda i: self._expires_at.get(i, _GONE)[0] > now,
+        hits = await self._searches.search(
+            namespace, vector, k, floor, lambda i: self._expires_at.get(i, _GONE)[0] > now
         )
         if not hits:
             return []

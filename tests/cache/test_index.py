@@ -172,3 +172,24 @@ def test_search_now_answers_a_quick_search_and_declines_a_slow_or_busy_one() -> 
     assert namespace is not None
     with namespace._lock:  # an add or a rebuild's copy holds the index
         assert index.search_now("small", small[3], 1) is None
+
+
+def test_many_searches_in_one_call_find_what_each_finds_alone() -> None:
+    rng = np.random.default_rng(11)
+    vectors = random_unit(rng, 2000)
+    index = VectorIndex(DIM)
+    index.add("ns", ids(2000), vectors)
+    # Near neighbours of the first queries removed: their rows must fetch past tombstones.
+    for q in range(3):
+        index.remove("ns", [f"e{i}" for i in brute_force(vectors, vectors[q], 40)[1:]])
+    queries = vectors[:8]
+    accepts = [lambda i: True] * 7 + [lambda i: i != "e7"]  # the last refuses its own id
+    many = index.search_many_now("ns", queries, 5, -1.0, accepts)
+    alone = [index.search("ns", q, 5, -1.0, a) for q, a in zip(queries, accepts, strict=True)]
+    assert many == alone
+    assert [hits[0][0] for hits in many[:7]] == ids(7) and many[7][0][0] != "e7"
+    assert index.search_many_now("none", queries, 5, -1.0, accepts) == [[]] * 8
+    namespace = index.get("ns")
+    assert namespace is not None
+    with namespace._lock:  # busy: the callers search one by one in threads
+        assert index.search_many_now("ns", queries, 5, -1.0, accepts) is None
