@@ -47,7 +47,7 @@ Hit = tuple[str, float]  # (entry_id, similarity)
 
 _MAX_FETCH = 1024  # GPU flat search caps k at 2048; a cache lookup never needs more
 _BULK = 1024  # adds of at least this many vectors may use every OpenMP thread
-# search_now() scans a flat index of up to this many positions (live or dead): about 1 ms
+# search_many_now() scans a flat index of up to this many positions (live or dead): about 1 ms
 # on one core here, less than a hop to a worker thread costs when the cores are busy.
 # HNSW (about 0.2 ms at 100k) and GPU searches are always quick.
 _QUICK_FLAT = 16_384
@@ -145,38 +145,21 @@ class NamespaceIndex:
         with self._lock:
             return self._search(q, k, floor, accept)
 
-    def search_now(
-        self,
-        query: Vector,
-        k: int,
-        floor: float = -1.0,
-        accept: Callable[[str], bool] | None = None,
-    ) -> list[Hit] | None:
-        """`search` if it is quick and the index is free now; None otherwise (an add, a
-        rebuild's copy or another search holds it, or a flat scan would be long). For
-        callers on an event loop, which must not wait: they search in a thread instead."""
-        q = _as_matrix(query, self._dim)[:1]
-        if not self._lock.acquire(blocking=False):
-            return None
-        try:
-            if self._kind == "flat" and self._gpu is None and len(self._ids) > _QUICK_FLAT:
-                return None
-            return self._search(q, k, floor, accept)
-        finally:
-            self._lock.release()
-
     def search_many_now(
         self, queries: Vector, k: int, floor: float, accepts: Sequence[Callable[[str], bool]]
     ) -> list[list[Hit]] | None:
-        """`search_now` for several queries (one row each, with its own `accept`) in one
-        FAISS call: 32 queries of a 10k flat namespace cost a few times one, not 32 times."""
+        """`search` for several queries (one row each, with its own `accept`) in one FAISS
+        call, if that is quick and the index is free now; None otherwise (an add, a
+        rebuild's copy or another search holds it, or a flat scan would be long). For
+        callers on an event loop, which must not wait: they search in a thread instead.
+        32 queries of a 10k flat namespace cost a few times one, not 32 times."""
         q = _as_matrix(queries, self._dim)
         if not self._lock.acquire(blocking=False):
             return None
         try:
             if self._kind == "flat" and self._gpu is None and len(self._ids) > _QUICK_FLAT:
                 return None
-            fetch = min(len(self._ids), 2 * k + 8, _MAX_FETCH)
+            fetch = self._first_fetch(k)
             if k <= 0 or fetch <= 0:
                 return [[] for _ in accepts]
             with _omp_threads(1):
@@ -184,26 +167,42 @@ class NamespaceIndex:
             found = []
             for row, accept in enumerate(accepts):
                 hits, exhausted = self._collect(scores[row], positions[row], k, floor, accept)
-                if len(hits) < k and exhausted and fetch < min(len(self._ids), _MAX_FETCH):
-                    hits = self._search(q[row : row + 1], k, floor, accept)  # fetch more
+                if self._wants_more(hits, k, exhausted, fetch):  # past tombstones, alone
+                    hits = self._search(q[row : row + 1], k, floor, accept, self._more(fetch))
                 found.append(hits)
             return found
         finally:
             self._lock.release()
 
     def _search(
-        self, q: Vector, k: int, floor: float, accept: Callable[[str], bool] | None
+        self,
+        q: Vector,
+        k: int,
+        floor: float,
+        accept: Callable[[str], bool] | None,
+        fetch: int | None = None,
     ) -> list[Hit]:
-        total = len(self._ids)
-        fetch = min(total, 2 * k + 8, _MAX_FETCH)
+        """Fetches `fetch` results (default `_first_fetch`), four times more while dead
+        positions or refused ids leave fewer than k."""
+        fetch = self._first_fetch(k) if fetch is None else fetch
         while k > 0 and fetch > 0:
             with _omp_threads(1):
                 scores, positions = self._index.search(q, fetch)
             hits, exhausted = self._collect(scores[0], positions[0], k, floor, accept)
-            if len(hits) >= k or not exhausted or fetch >= min(total, _MAX_FETCH):
+            if not self._wants_more(hits, k, exhausted, fetch):
                 return hits
-            fetch = min(total, fetch * 4, _MAX_FETCH)
+            fetch = self._more(fetch)
         return []
+
+    def _first_fetch(self, k: int) -> int:
+        return min(len(self._ids), 2 * k + 8, _MAX_FETCH)
+
+    def _more(self, fetch: int) -> int:
+        return min(len(self._ids), fetch * 4, _MAX_FETCH)
+
+    def _wants_more(self, hits: list[Hit], k: int, exhausted: bool, fetch: int) -> bool:
+        """Whether a bigger fetch could find hits this one lacked."""
+        return len(hits) < k and exhausted and fetch < min(len(self._ids), _MAX_FETCH)
 
     def _collect(
         self,
@@ -367,18 +366,6 @@ class VectorIndex:
     ) -> list[Hit]:
         index = self._namespaces.get(namespace)
         return [] if index is None else index.search(query, k, floor, accept)
-
-    def search_now(
-        self,
-        namespace: str,
-        query: Vector,
-        k: int,
-        floor: float = -1.0,
-        accept: Callable[[str], bool] | None = None,
-    ) -> list[Hit] | None:
-        """NamespaceIndex.search_now: a quick search, or None when it would have to wait."""
-        index = self._namespaces.get(namespace)
-        return [] if index is None else index.search_now(query, k, floor, accept)
 
     def search_many_now(
         self,

@@ -157,21 +157,26 @@ def test_wrong_dimension_is_refused() -> None:
         index.add("ns", ["x", "y"], np.zeros((1, DIM), np.float32))
 
 
-def test_search_now_answers_a_quick_search_and_declines_a_slow_or_busy_one() -> None:
+def test_a_quick_search_is_answered_now_and_a_slow_or_busy_one_declined() -> None:
     rng = np.random.default_rng(7)
     small, large = random_unit(rng, 100), random_unit(rng, 16_500)
     index = VectorIndex(DIM)
     index.add("small", ids(100), small)
     index.add("large", ids(16_500), large)
-    assert index.search_now("small", small[3], 1) == index.search("small", small[3], 1)
-    assert index.search_now("none", small[3], 1) == []
+
+    def now(namespace: str, query: np.ndarray) -> list[tuple[str, float]] | None:
+        found = index.search_many_now(namespace, query[None], 1, -1.0, [lambda i: True])
+        return None if found is None else found[0]
+
+    assert now("small", small[3]) == index.search("small", small[3], 1)
+    assert now("none", small[3]) == []
     # A flat scan this long would hold the event loop: the caller goes to a thread.
-    assert index.search_now("large", large[3], 1) is None
+    assert now("large", large[3]) is None
     assert index.search("large", large[3], 1)[0][0] == "e3"
     namespace = index.get("small")
     assert namespace is not None
     with namespace._lock:  # an add or a rebuild's copy holds the index
-        assert index.search_now("small", small[3], 1) is None
+        assert now("small", small[3]) is None
 
 
 def test_many_searches_in_one_call_find_what_each_finds_alone() -> None:
