@@ -39,7 +39,6 @@ class BatchingScorer:
     def __init__(self, verifier: PairScorer) -> None:
         self.verifier = verifier
         self._asks: list[_Ask] = []
-        self.passes = 0  # counted so that tests can see batching
 
     @property
     def threshold(self) -> float:
@@ -64,12 +63,10 @@ class BatchingScorer:
             for ask in live:
                 self._alone(ask)
             return
-        self.passes += 1
         for ask, scored in zip(live, scores, strict=True):
             ask.future.set_result(scored)
 
     def _alone(self, ask: _Ask) -> None:
-        self.passes += 1
         try:
             ask.future.set_result(self.verifier.score_pairs([(ask.query, ask.candidates)])[0])
         except Exception as exc:  # this lookup fails open with the error, as before
