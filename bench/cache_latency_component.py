@@ -7,7 +7,8 @@ and asks the first rewording of each stored prompt (some are hits, some misses):
 concurrency 1 and 64 with no budget to speak of (the cache's own capacity), then at 64
 with the gateway's 50 ms lookup budget (`--budget-ms`), a client waiting 200 ms after each
 lookup that is no hit (`--miss-ms`: the model answers it). JSON lines as
-bench/cache_latency.py's (`level: component`), with `budget_ms` and `miss_ms`. Run by
+bench/cache_latency.py's component phase (`level: component`, reported by its
+`report_component`), with `hit_fraction`, `budget_ms` and `miss_ms`. Run by
 bench/cache_latency.py (full mode), the component phase asks the rewordings the gateway
 found to hit, with no budget.
 
@@ -31,7 +32,6 @@ during a measurement; `hnsw=True` runs one sweep first, which converts a namespa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -48,7 +48,6 @@ if str(ROOT) not in sys.path:
 
 from bench import cache_latency_data as data  # noqa: E402
 from bench.cache_latency_data import MODEL, TENANT, chat_body  # noqa: E402
-from bench.measure import percentile  # noqa: E402
 from cache.policy import CacheInputs, cache_key  # noqa: E402
 
 STAGES = ("embed", "search", "total")
@@ -258,37 +257,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(result: ComponentResult, budget_s: float, run: Run) -> None:
+    import torch
+
+    from bench.cache_latency import emit, report_component
+
     bounded = budget_s < UNBOUNDED_S
     params = {
         "kind": "semantic",
         "concurrency": result.concurrency,
         "entries": 10_000,
         "level": "component",
+        "index": "flat",
+        "torch_threads": torch.get_num_threads(),
         "budget_ms": budget_s * 1000 if bounded else None,
         "miss_ms": run.miss_s * 1000,
     }
+    report_component(result, params)  # as bench/cache_latency.py reports its component phase
     asked = result.completed + sum(result.other.values())
-    lat = result.latencies_ms
-    _emit("lookups_per_s", round(result.per_s, 1), "lookups/s", **params)
-    _emit("hit_latency_p50_ms", round(percentile(lat, 50), 3), "ms", **params)
-    _emit("hit_latency_p99_ms", round(percentile(lat, 99), 3), "ms", **params)
-    _emit("hit_fraction", round(result.completed / max(asked, 1), 4), "ratio", **params)
-    lookups = max(result.lookups, 1)
-    _emit("verifier_ms_per_lookup", round(result.verifier_s / lookups * 1000, 3), "ms", **params)
-    for stage in STAGES:
-        per = result.stage_s.get(stage, 0.0) / lookups * 1000
-        _emit(f"{stage}_ms_mean", round(per, 3), "ms", **params)
-    print(
-        f"  c={result.concurrency} budget={params['budget_ms']}: {result.per_s:.1f} hits/s, "
-        f"other {result.other}",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def _emit(metric: str, value: float, unit: str, **params: object) -> None:
-    line = {"bench": "cache_latency", "metric": metric, "value": value, "unit": unit}
-    print(json.dumps({**line, **params}), flush=True)
+    emit("hit_fraction", round(result.completed / max(asked, 1), 4), "ratio", **params)
 
 
 if __name__ == "__main__":

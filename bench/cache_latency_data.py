@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from cache.codec import StoredEntry, read_snapshot, write_snapshot
@@ -160,22 +161,34 @@ def filler_entries(
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         for row in range(n):
             i = start + row
-            prompt, exact_key, normalized_key = keys[i]
-            entry = CacheEntry(
-                entry_id=f"f{seed:07x}{i:024x}",
-                namespace=ns,
-                prompt=prompt,
-                exact_key=exact_key,
-                normalized_key=normalized_key,
-                vector=vectors[row],
-                features=features,
-                response=answer_body(prompt),
-                model=MODEL,
-                tenant=TENANT,
-                created_at=created,
-                ttl_s=7 * 86400.0,
-            )
-            yield StoredEntry(entry, 0.0, 0)
+            yield _stored(f"f{seed:07x}{i:024x}", ns, keys[i], vectors[row], features, created)
+
+
+def _stored(
+    entry_id: str,
+    namespace: str,
+    keyed: tuple[str, str, str],  # prompt, exact key, normalized key (as filler_keys)
+    vector: npt.NDArray[np.float32],
+    features: bytes,
+    created: float,
+) -> StoredEntry:
+    """An entry as the gateway stores an echo answer, never hit."""
+    prompt, exact_key, normalized_key = keyed
+    entry = CacheEntry(
+        entry_id=entry_id,
+        namespace=namespace,
+        prompt=prompt,
+        exact_key=exact_key,
+        normalized_key=normalized_key,
+        vector=vector,
+        features=features,
+        response=answer_body(prompt),
+        model=MODEL,
+        tenant=TENANT,
+        created_at=created,
+        ttl_s=7 * 86400.0,
+    )
+    return StoredEntry(entry, 0.0, 0)
 
 
 def filler_prompt(i: int) -> str:
@@ -192,21 +205,11 @@ def embedded_entries(
     for i, (prompt, embedded) in enumerate(zip(prompts, embed(prompts), strict=True)):
         key = cache_key(f"tenant:{TENANT}", MODEL, CacheInputs.of("chat", chat_body(prompt)))
         assert key is not None
-        entry = CacheEntry(
-            entry_id=f"e{i:031x}",
-            namespace=key.namespace,
-            prompt=prompt,
-            exact_key=key.exact_key,
-            normalized_key=key.normalized_key,
-            vector=embedded.vector,
-            features=embedded.features,
-            response=answer_body(prompt),
-            model=MODEL,
-            tenant=TENANT,
-            created_at=created,
-            ttl_s=7 * 86400.0,
+        keyed = (prompt, key.exact_key, key.normalized_key)
+        entry_id = f"e{i:031x}"
+        stored.append(
+            _stored(entry_id, key.namespace, keyed, embedded.vector, embedded.features, created)
         )
-        stored.append(StoredEntry(entry, 0.0, 0))
     return stored
 
 
