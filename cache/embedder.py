@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -28,6 +29,8 @@ from cache.features import TokenFeatures
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+    from cache.onnx_export import SentenceVectors
 
 _log = logging.getLogger(__name__)
 
@@ -258,18 +261,24 @@ def load_embedder(
     """Load a local sentence-transformers folder; never reaches the network.
 
     `backend`: see `Backend`. The ONNX graph is exported from the folder's weights on first
-    use (cache/onnx_export.py), next to them or, where that is read-only, in `onnx_dir`.
+    use (cache/onnx_export.py), next to them or, where that is read-only, in `onnx_dir`;
+    once it is, the ONNX encoder is read from the folder without importing torch
+    (`_exported_encoder`).
 
-    `threads` sets torch's intra-op threads for the whole process (None: torch's default,
-    one per core). One, because the passes here are small: on two shared cores a team of
-    two waits at every operator for a core that is busy elsewhere (the event loop, the
-    other requests, other processes). Measured on this 2-core machine under load, a lone
-    pass took 43 ms p50 on one thread against 300 ms on two, and the verifier's decision
-    3.5 ms against 45 ms; idle, two threads save about 2 ms of a 7 ms pass.
+    `threads`, where torch runs, sets its intra-op threads for the whole process (None:
+    torch's default, one per core). One, because the passes here are small: on two shared
+    cores a team of two waits at every operator for a core that is busy elsewhere (the
+    event loop, the other requests, other processes). Measured on this 2-core machine
+    under load, a lone pass took 43 ms p50 on one thread against 300 ms on two, and the
+    verifier's decision (then in torch) 3.5 ms against 45 ms; idle, two threads save about
+    2 ms of a 7 ms pass.
     """
+    path = Path(model_path) if model_path is not None else default_model_path()
+    exported = _exported_encoder(path, device, backend, precision, onnx_dir)
+    if exported is not None:
+        return exported
     import torch
 
-    path = Path(model_path) if model_path is not None else default_model_path()
     if threads is not None:
         torch.set_num_threads(threads)
     chosen = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -278,33 +287,82 @@ def load_embedder(
     if weights is None:
         return SentenceEncoder(model, precision)
     from cache.onnx_encoder import OnnxEncoder
-    from cache.onnx_export import ensure_onnx
+    from cache.onnx_export import ensure_int8, ensure_onnx, model_vectors
 
     graph = ensure_onnx(model, path, onnx_dir)
     if weights == "int8":
-        int8 = _int8_encoder(model, graph, onnx_dir, required=backend == "onnx-int8")
+        int8 = _int8_encoder(
+            lambda: OnnxEncoder.of(model, ensure_int8(model, graph, onnx_dir), "int8"),
+            model_vectors(model),
+            required=backend == "onnx-int8",
+        )
         if int8 is not None:
             return int8
     return OnnxEncoder.of(model, graph)
 
 
-def _int8_encoder(
-    model: SentenceTransformer, graph: Path, onnx_dir: Path | None, *, required: bool
+def _exported_encoder(
+    path: Path, device: str | None, backend: Backend, precision: Precision, onnx_dir: Path | None
 ) -> Encoder | None:
-    """The int8 graph's encoder if it computes near-float32 vectors on this CPU; else,
-    unless asked for by name, None (one warning): the float32 graph then runs."""
-    from cache.onnx_encoder import OnnxEncoder
-    from cache.onnx_export import OnnxExportError, check_int8, ensure_int8
+    """The ONNX encoder read from the model's folder and the graphs exported from it, without
+    torch, transformers or sentence-transformers (importing them took 13 of a cache's 14 s
+    of start here), where the full way would choose the same: on the CPU, for a folder
+    `plain_bert_folder` reads, with its graphs made already. None: go the full way (which
+    exports and quantises them, once)."""
+    if backend == "torch" or precision == "bfloat16" or (device or _device_sans_torch()) != "cpu":
+        return None
+    from cache.onnx_encoder import OnnxEncoder, plain_bert_folder
+    from cache.onnx_export import find_int8, find_onnx
+
+    graph = find_onnx(path, onnx_dir) if plain_bert_folder(path) else None
+    if graph is None:
+        return None
+    if _asked_weights(backend, precision) == "float32":
+        return OnnxEncoder.from_folder(path, graph)
+    int8_graph = find_int8(graph, onnx_dir)
+    if int8_graph is None:
+        return None
+    # The float32 graph computes the torch pass (checked at its export): the reference
+    # the int8 one is held to here, and what runs if it is off on this CPU.
+    float32 = OnnxEncoder.from_folder(path, graph)
+    int8 = _int8_encoder(
+        lambda: OnnxEncoder.from_folder(path, int8_graph, "int8"),
+        sentence_vectors(float32),
+        required=backend == "onnx-int8",
+    )
+    return int8 if int8 is not None else float32
+
+
+def _device_sans_torch() -> str | None:
+    """ "cpu" where torch could find no GPU: Linux without an NVIDIA or AMD (ROCm) device
+    node. None: ask torch."""
+    dev = Path("/dev")
+    gpu = any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists()
+    return "cpu" if sys.platform == "linux" and not gpu else None
+
+
+def _int8_encoder(
+    int8: Callable[[], Encoder], float32: SentenceVectors, *, required: bool
+) -> Encoder | None:
+    """The int8 graph's encoder (`int8()`) if it computes near-float32 vectors (`float32`)
+    on this CPU; else, unless asked for by name, None (one warning): the float32 graph then
+    runs."""
+    from cache.onnx_export import OnnxExportError, check_int8
 
     try:
-        encoder = OnnxEncoder.of(model, ensure_int8(model, graph, onnx_dir), "int8")
-        check_int8(model, lambda texts: np.stack([e.vector for e in encoder.encode(texts)]))
+        encoder = int8()
+        check_int8(float32, sentence_vectors(encoder))
     except OnnxExportError as exc:
         if required:
             raise
         _log.warning("embedder: int8 is not usable here (%s); running float32", exc)
         return None
     return encoder
+
+
+def sentence_vectors(encoder: Encoder) -> SentenceVectors:
+    """`encoder`'s sentence vectors, for cache/onnx_export.py's `check_int8`."""
+    return lambda texts: np.stack([e.vector for e in encoder.encode(texts)])
 
 
 def load_sentence_model(path: Path, device: str) -> SentenceTransformer:
@@ -332,10 +390,18 @@ def _onnx_weights(
     if backend in ("onnx", "onnx-int8"):
         if not exportable:
             raise ValueError(f"backend {backend}: only a BERT model with mean pooling, on the CPU")
-        return "int8" if backend == "onnx-int8" else "float32"
+        return _asked_weights(backend, precision)
     if not exportable or precision == "bfloat16":  # asked for bf16: torch's pass has it
         return None
-    return "float32" if precision == "float32" else "int8"
+    return _asked_weights(backend, precision)
+
+
+def _asked_weights(backend: Backend, precision: Precision) -> str:
+    """The graph's weights that `backend` and `precision` ask for: onnx-int8 and auto
+    int8, unless auto is asked for float32."""
+    if backend == "onnx" or (backend != "onnx-int8" and precision == "float32"):
+        return "float32"
+    return "int8"
 
 
 def embed_many(encoder: Encoder, texts: Sequence[str], batch: int = 32) -> list[Embedded]:

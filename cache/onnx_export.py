@@ -81,8 +81,17 @@ def ensure_onnx(
     model: SentenceTransformer, model_dir: Path, fallback_dir: Path | None = None
 ) -> Path:
     """The ONNX graph of `model` (loaded from `model_dir`), exported on first use."""
-    places = [model_dir / SUBDIR] + ([fallback_dir] if fallback_dir is not None else [])
+    places = _graph_places(model_dir, fallback_dir)
     return _found_or_made(graph_name(model_dir), places, lambda target: export(model, target))
+
+
+def find_onnx(model_dir: Path, fallback_dir: Path | None = None) -> Path | None:
+    """`model_dir`'s graph where `ensure_onnx` would find it, if it was exported already."""
+    return _found(graph_name(model_dir), _graph_places(model_dir, fallback_dir))
+
+
+def _graph_places(model_dir: Path, fallback_dir: Path | None) -> list[Path]:
+    return [model_dir / SUBDIR] + ([fallback_dir] if fallback_dir is not None else [])
 
 
 def int8_name(graph: Path) -> str:
@@ -92,15 +101,29 @@ def int8_name(graph: Path) -> str:
 
 def ensure_int8(model: SentenceTransformer, graph: Path, fallback_dir: Path | None = None) -> Path:
     """The int8 graph derived from the float32 `graph`, quantised on first use."""
-    places = [graph.parent] + ([fallback_dir] if fallback_dir is not None else [])
+    places = _int8_places(graph, fallback_dir)
     return _found_or_made(int8_name(graph), places, lambda target: quantize(model, graph, target))
+
+
+def find_int8(graph: Path, fallback_dir: Path | None = None) -> Path | None:
+    """The int8 graph where `ensure_int8` would find it, if it was quantised already."""
+    return _found(int8_name(graph), _int8_places(graph, fallback_dir))
+
+
+def _int8_places(graph: Path, fallback_dir: Path | None) -> list[Path]:
+    return [graph.parent] + ([fallback_dir] if fallback_dir is not None else [])
+
+
+def _found(name: str, places: list[Path]) -> Path | None:
+    """`name` in the first of `places` that has it."""
+    return next((place / name for place in places if (place / name).is_file()), None)
 
 
 def _found_or_made(name: str, places: list[Path], make: Callable[[Path], Path]) -> Path:
     """`name` in the first of `places` that has it; else made in the first writable one."""
-    for place in places:
-        if (place / name).is_file():
-            return place / name
+    found = _found(name, places)
+    if found is not None:
+        return found
     failures = []
     for place in places:
         try:
@@ -123,7 +146,7 @@ def quantize(model: SentenceTransformer, graph: Path, target: Path) -> Path:
             op_types_to_quantize=["MatMul"],
             per_channel=True,
         )
-        check_int8(model, graph_vectors(model, temporary))
+        check_int8(model_vectors(model), graph_vectors(model, temporary))
         os.replace(temporary, target)
     seconds = time.perf_counter() - started
     _log.warning("embedder: quantised the ONNX graph to int8 in %.1f s: %s", seconds, target)
@@ -240,19 +263,29 @@ def _check(model: SentenceTransformer, path: Path) -> None:
 SentenceVectors = Callable[[list[str]], npt.NDArray[np.float32]]  # texts -> vectors
 
 
-def check_int8(model: SentenceTransformer, vectors: SentenceVectors) -> None:
+def check_int8(float32: SentenceVectors, vectors: SentenceVectors) -> None:
     """Raises OnnxExportError unless the int8 graph's sentence vectors (`vectors`, computed
-    on this CPU) are near the torch pass's float32 ones (cosine >= _MIN_INT8_COSINE).
+    on this CPU) are near the float32 ones (`float32`: the torch pass, or the exported
+    graph, which computes it to a cosine of _MIN_COSINE) to a cosine of _MIN_INT8_COSINE.
     Checked at each load, not only at export: the integer kernels differ from one CPU to
     another (VNNI or not), and a graph may have been quantised on another machine."""
     texts = _CHECK_TEXTS[:2]
     got = vectors(texts)
-    want = model.encode(texts, convert_to_numpy=True)
+    want = float32(texts)
     got = got / np.linalg.norm(got, axis=1, keepdims=True)
     want = want / np.linalg.norm(want, axis=1, keepdims=True)
     cosine = float((got * want).sum(1).min())
     if cosine < _MIN_INT8_COSINE:
         raise OnnxExportError(f"the int8 graph differs from float32 here (cosine {cosine:.4f})")
+
+
+def model_vectors(model: SentenceTransformer) -> SentenceVectors:
+    """The torch pass's sentence vectors, for `check_int8`."""
+
+    def vectors(texts: list[str]) -> npt.NDArray[np.float32]:
+        return np.asarray(model.encode(texts, convert_to_numpy=True), dtype=np.float32)
+
+    return vectors
 
 
 def graph_vectors(model: SentenceTransformer, graph: Path) -> SentenceVectors:

@@ -13,7 +13,8 @@ the pair's score is a soft maximum of the token scores of both sides:
 
 It runs on features the embedder already computed (cache/features.py): no model call,
 well under a millisecond per candidate on one CPU core. Weights: cache/weights/, trained
-by scripts/train_verifier.py.
+by scripts/train_verifier.py in torch (`build_network`); the gateway runs the same
+arithmetic in numpy (`NumpyNet`), without importing torch.
 """
 
 from __future__ import annotations
@@ -151,9 +152,14 @@ def build_network(config: VerifierConfig) -> torch.nn.Module:
 
 
 def batch_sides(sides: list[Side]) -> dict[str, Any]:
-    """Pad sides into the tensors the network reads."""
+    """Pad sides into the tensors the network reads (torch, for training)."""
     import torch
 
+    return {name: torch.from_numpy(array) for name, array in padded(sides).items()}
+
+
+def padded(sides: list[Side]) -> dict[str, Any]:
+    """Sides padded to one length, as numpy arrays: vectors, ids, flags, mask, pos."""
     n = max(len(s.ids) for s in sides)
     dim = sides[0].vectors.shape[1]
     vectors = np.zeros((len(sides), n, dim), dtype=np.float32)
@@ -168,13 +174,80 @@ def batch_sides(sides: list[Side]) -> dict[str, Any]:
             side.flags,
             True,
         )
-    return {
-        "vectors": torch.from_numpy(vectors),
-        "ids": torch.from_numpy(ids),
-        "flags": torch.from_numpy(flags),
-        "mask": torch.from_numpy(mask),
-        "pos": torch.arange(n, dtype=torch.float32).expand(len(sides), n).contiguous(),
-    }
+    pos = np.ascontiguousarray(np.broadcast_to(np.arange(n, dtype=np.float32), (len(sides), n)))
+    return {"vectors": vectors, "ids": ids, "flags": flags, "mask": mask, "pos": pos}
+
+
+class NumpyNet:
+    """`build_network`'s forward pass in numpy, on its trained weights: what the gateway
+    runs. torch is for training; importing it cost a gateway 1.5 s of its start and its
+    per-operator overhead most of a pair's score (1.9 ms a pair alone)."""
+
+    def __init__(self, config: VerifierConfig, weights: dict[str, npt.NDArray[Any]]) -> None:
+        self.config = config
+        w = {name: np.asarray(value, dtype=np.float32) for name, value in weights.items()}
+        self._proj_w, self._proj_b = w["proj.weight"].T.copy(), w["proj.bias"]
+        self._hidden_w, self._hidden_b = w["compare.0.weight"].T.copy(), w["compare.0.bias"]
+        self._out_w, self._out_b = w["compare.2.weight"].T.copy(), w["compare.2.bias"]
+        self._bias, self._cos_weight = float(w["bias"]), float(w["cos_weight"])
+
+    def __call__(self, a: dict[str, Any], b: dict[str, Any]) -> npt.NDArray[np.float64]:
+        """The pairs' logits (row i of `a` against row i of `b`), in float64."""
+        pa, pb = self._project(a), self._project(b)
+        mismatch = np.concatenate([self._mismatch(a, b, pa, pb), self._mismatch(b, a, pb, pa)], 1)
+        cosine = (_mean_direction(a) * _mean_direction(b)).sum(-1)
+        logits = self._bias + self._cos_weight * cosine - _logsumexp(mismatch)
+        return np.asarray(logits, dtype=np.float64)
+
+    def _project(self, side: dict[str, Any]) -> npt.NDArray[np.float32]:
+        return side["vectors"] @ self._proj_w + self._proj_b  # type: ignore[no-any-return]
+
+    def _mismatch(
+        self, a: dict[str, Any], b: dict[str, Any], pa: npt.NDArray[Any], pb: npt.NDArray[Any]
+    ) -> npt.NDArray[np.float32]:
+        config = self.config
+        sim = a["vectors"] @ b["vectors"].transpose(0, 2, 1)  # (B, na, nb)
+        sim = np.where(b["mask"][:, None, :], sim, np.float32(-1.0))
+        same = (a["ids"][:, :, None] == b["ids"][:, None, :]) & b["mask"][:, None, :]
+        same_f = same.astype(np.float32) if config.use_exact else np.zeros_like(sim)
+        alpha = _softmax((sim + same_f) / config.temperature)
+        by_meaning = _softmax(sim / config.temperature)
+        aligned = alpha @ pb
+        order = _order_steps((alpha @ b["pos"][:, :, None])[..., 0], a["mask"], config.use_order)
+        extra = [same_f.max(-1), (by_meaning * same_f).sum(-1), sim.max(-1), *order]
+        flags = a["flags"] if config.use_flags else np.zeros_like(a["flags"])
+        parts = [pa, aligned, np.abs(pa - aligned), pa * aligned, np.stack(extra, -1), flags]
+        hidden = np.maximum(np.concatenate(parts, -1) @ self._hidden_w + self._hidden_b, 0)
+        scores = (hidden @ self._out_w + self._out_b)[..., 0]
+        return np.where(a["mask"], scores, np.float32(-30.0)).astype(np.float32)
+
+
+def _softmax(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def _logsumexp(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    top = x.max(-1)
+    return top + np.log(np.exp(x - top[:, None]).sum(-1))  # type: ignore[no-any-return]
+
+
+def _mean_direction(side: dict[str, Any]) -> npt.NDArray[Any]:
+    mask = side["mask"][:, :, None].astype(np.float32)
+    mean = (side["vectors"] * mask).sum(1) / np.maximum(mask.sum(1), 1.0)
+    return mean / np.maximum(np.linalg.norm(mean, axis=-1, keepdims=True), 1e-6)  # type: ignore[no-any-return]
+
+
+def _order_steps(
+    p: npt.NDArray[Any], mask: npt.NDArray[Any], enabled: bool
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """As the torch network's `_order`: where a token's neighbours landed, relative to it."""
+    if not enabled:
+        return np.zeros_like(p), np.zeros_like(p)
+    valid = mask[:, 1:] & mask[:, :-1]
+    step = np.where(valid, p[:, 1:] - p[:, :-1], np.float32(1.0)).clip(-4.0, 4.0)
+    ones = np.ones_like(p[:, :1])
+    return np.concatenate([ones, step], 1), np.concatenate([step, ones], 1)
 
 
 class PairVerifier:
@@ -182,12 +255,12 @@ class PairVerifier:
 
     def __init__(
         self,
-        network: torch.nn.Module,
+        network: NumpyNet,
         flag_table: npt.NDArray[np.uint8],
         threshold: float,
         info: dict[str, Any],
     ) -> None:
-        self._network = network.eval()
+        self._network = network
         self._flags = flag_table
         self.threshold = threshold  # default acceptance, tuned on the training split
         self.info = info
@@ -195,14 +268,13 @@ class PairVerifier:
     @classmethod
     def load(cls, path: Path = DEFAULT_WEIGHTS) -> PairVerifier:
         from safetensors import safe_open
-        from safetensors.torch import load_file
+        from safetensors.numpy import load_file
 
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="np") as handle:
             meta = dict(handle.metadata() or {})
         tensors = load_file(str(path))
-        flag_table = tensors.pop("flag_table").numpy().astype(np.uint8)
-        network = build_network(VerifierConfig.from_json(meta["config"]))
-        network.load_state_dict(tensors)
+        flag_table = tensors.pop("flag_table").astype(np.uint8)
+        network = NumpyNet(VerifierConfig.from_json(meta["config"]), tensors)
         info = json.loads(meta.get("info", "{}"))
         return cls(network, flag_table, float(meta["threshold"]), info)
 
@@ -224,8 +296,6 @@ class PairVerifier:
         """Several queries' candidates in one forward pass: per (query, candidates), the
         scores score_many gives. One pass over 32 pairs measured 5 ms here against 1.9 ms
         for each pair alone (the network's per-call overhead dominates a pair)."""
-        import torch
-
         queries: list[Side] = []
         others: list[Side] = []
         for query, candidates in asks:
@@ -234,11 +304,10 @@ class PairVerifier:
             others.extend(c if isinstance(c, Side) else self.side(c) for c in candidates)
         if not others:
             return [[] for _ in asks]
-        with torch.inference_mode():
-            logits = self._network(batch_sides(queries), batch_sides(others))
+        logits = self._network(padded(queries), padded(others))
         # In float64: float32 rounds every confident pair to exactly 1.0, and thresholds
         # near 1 (the strict one, precision curves) need the order among them.
-        scores = [1.0 / (1.0 + math.exp(-float(x))) for x in logits.double()]
+        scores = [1.0 / (1.0 + math.exp(-float(x))) for x in logits]
         out, start = [], 0
         for _, candidates in asks:
             out.append(scores[start : start + len(candidates)])

@@ -3,6 +3,9 @@ atomically, and gives the torch pass's vectors and token features."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +13,7 @@ import pytest
 
 from cache.embedder import SentenceEncoder, default_model_path, load_embedder
 from cache.features import TokenFeatures
-from cache.onnx_encoder import OnnxEncoder
+from cache.onnx_encoder import OnnxEncoder, plain_bert_folder
 from cache.onnx_export import (
     SUBDIR,
     OnnxExportError,
@@ -21,6 +24,7 @@ from cache.onnx_export import (
     graph_name,
     graph_vectors,
     int8_name,
+    model_vectors,
 )
 
 TEXTS = [
@@ -109,16 +113,115 @@ def test_an_int8_graph_that_computes_other_vectors_is_refused(
     encoder: SentenceEncoder, onnx_encoder: OnnxEncoder, tmp_path: Path
 ) -> None:
     quantized = ensure_int8(encoder.model, onnx_encoder.path, tmp_path)
-    check_int8(encoder.model, graph_vectors(encoder.model, quantized))  # the real one passes
+    check_int8(model_vectors(encoder.model), graph_vectors(encoder.model, quantized))  # passes
+    broken = scrambled(quantized, tmp_path / "broken.onnx")
+    with pytest.raises(OnnxExportError, match="int8 graph differs"):
+        check_int8(model_vectors(encoder.model), graph_vectors(encoder.model, broken))
+
+
+def scrambled(graph_path: Path, target: Path) -> Path:
+    """`graph_path` with every int8 weight matrix's values shuffled, saved to `target`."""
     import onnx
 
-    graph = onnx.load(str(quantized))
-    for tensor in graph.graph.initializer:  # scramble every int8 weight matrix
+    graph = onnx.load(str(graph_path))
+    for tensor in graph.graph.initializer:
         if tensor.data_type == onnx.TensorProto.INT8:
             values = onnx.numpy_helper.to_array(tensor)
-            scrambled = np.random.default_rng(0).permutation(values.ravel()).reshape(values.shape)
-            tensor.CopyFrom(onnx.numpy_helper.from_array(scrambled, tensor.name))
-    broken = tmp_path / "broken.onnx"
-    onnx.save(graph, str(broken))
+            shuffled = np.random.default_rng(0).permutation(values.ravel()).reshape(values.shape)
+            tensor.CopyFrom(onnx.numpy_helper.from_array(shuffled, tensor.name))
+    onnx.save(graph, str(target))
+    return target
+
+
+MORE_TEXTS = [
+    *TEXTS,
+    "Café crème, naïve façade: ÀÉÎÕÜ",  # accents, which the tokenizer strips
+    "把这段话翻译成英文。我们明天见。",  # CJK, one piece a character
+    "def f(x):\n\treturn x ** 2  # tabs, newlines, symbols {}[]<>",
+    "unaffable antidisestablishmentarianism",  # word pieces
+    "token " * 300,  # past the model's 256
+]
+
+
+def test_the_folder_reader_builds_the_encoder_the_loaded_model_does(
+    encoder: SentenceEncoder, onnx_encoder: OnnxEncoder
+) -> None:
+    """`from_folder` reads the tokenizer and sizes from the model's files; `of` takes them
+    from sentence-transformers: the same word pieces, vectors, sizes and vocabulary."""
+    folder = default_model_path()
+    assert plain_bert_folder(folder)
+    read = OnnxEncoder.from_folder(folder, onnx_encoder.path)
+    built = OnnxEncoder.of(encoder.model, onnx_encoder.path)
+    assert (read.max_tokens, read.dimension) == (built.max_tokens, built.dimension) == (256, 384)
+    assert read.tokenizer_vocab() == built.tokenizer_vocab()
+    for text in MORE_TEXTS:  # alone: each its own padding
+        (mine,), (theirs,) = read.encode([text]), built.encode([text])
+        assert mine.features == theirs.features and np.array_equal(mine.vector, theirs.vector)
+    for mine, theirs in zip(read.encode(MORE_TEXTS), built.encode(MORE_TEXTS), strict=True):
+        assert mine.features == theirs.features and np.array_equal(mine.vector, theirs.vector)
+
+
+def test_the_default_embedder_loads_without_torch_when_its_graphs_exist() -> None:
+    """A gateway's start: the exported graphs are read without importing torch,
+    transformers or sentence-transformers (most of the start's time, and memory)."""
+    script = (
+        "import sys\n"
+        "from cache.embedder import load_embedder\n"
+        "e = load_embedder()\n"
+        "heavy = [m for m in ('torch', 'transformers', 'sentence_transformers') "
+        "if m in sys.modules]\n"
+        "print(e.backend, e.precision, e.dimension, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split("\n")[0] == "onnx int8 384 []", done.stderr
+
+
+def model_copy(tmp_path: Path, graphs: dict[str, Path]) -> Path:
+    """The packaged model's files linked into a folder of our own, with `graphs` (name ->
+    file) as its exported graphs."""
+    source, folder = default_model_path(), tmp_path / "model"
+    folder.mkdir()
+    for item in source.iterdir():
+        if item.name != SUBDIR:
+            (folder / item.name).symlink_to(item)
+    (folder / SUBDIR).mkdir()
+    for name, graph in graphs.items():
+        (folder / SUBDIR / name).symlink_to(graph)
+    return folder
+
+
+def test_an_int8_graph_that_computes_other_vectors_is_not_loaded_without_torch_either(
+    onnx_encoder: OnnxEncoder, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    int8 = load_embedder(device="cpu", backend="onnx-int8")
+    assert isinstance(int8, OnnxEncoder)
+    broken = scrambled(int8.path, tmp_path / "broken.onnx")
+    name = onnx_encoder.path.name
+    folder = model_copy(tmp_path, {name: onnx_encoder.path, int8_name(onnx_encoder.path): broken})
+    assert graph_name(folder) == name  # the same weights: the same graph
+    chosen = load_embedder(str(folder), device="cpu")  # auto: float32, with a warning
+    assert isinstance(chosen, OnnxEncoder)
+    assert (chosen.precision, chosen.path) == ("float32", folder / SUBDIR / name)
+    assert "int8 is not usable here" in caplog.text
     with pytest.raises(OnnxExportError, match="int8 graph differs"):
-        check_int8(encoder.model, graph_vectors(encoder.model, broken))
+        load_embedder(str(folder), device="cpu", backend="onnx-int8")  # asked by name
+
+
+def test_a_folder_of_another_shape_is_not_read_by_the_folder_reader(tmp_path: Path) -> None:
+    """Pooling other than the mean (or a tokenizer file missing): load it the full way."""
+    folder = model_copy(tmp_path, {})
+    pooling = folder / "1_Pooling"
+    pooling.unlink()
+    pooling.mkdir()
+    config = json.loads((default_model_path() / "1_Pooling" / "config.json").read_text())
+    (pooling / "config.json").write_text(json.dumps(config))
+    assert plain_bert_folder(folder)
+    config.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    (pooling / "config.json").write_text(json.dumps(config))
+    assert not plain_bert_folder(folder)
+    (pooling / "config.json").write_text(json.dumps({**config, "pooling_mode_cls_token": False}))
+    assert not plain_bert_folder(folder)  # no pooling at all
+    (folder / "tokenizer.json").unlink()
+    assert not plain_bert_folder(folder)

@@ -135,11 +135,14 @@ def test_the_gateway_learns_what_the_engine_runs_and_queues_the_rest_itself(
     late = samples[len(samples) // 2 :]
     # at the engine's 4, and one above it now and then: the probe for room it may have gained;
     # a probe the engine queued is cut to the gateway's share of what it ran, which on a
-    # shared 2-core box now and then lands at half the engine for a tick
+    # shared 2-core box now and then lands at half the engine for a tick. A probe grows by
+    # sqrt(limit) a tick and the engine's queue must show on two ticks before the cut, so
+    # a probe may reach 4 + 2 + 2.4 for a tick or two (a run here saw 7, 7); 24 would be
+    # the callers all sent.
     limits = [s["limit"] for s in late]
     near = [limit for limit in limits if SEQS - 1 <= limit <= SEQS + 2]
     assert len(near) >= 0.85 * len(limits), str([s["limit"] for s in samples])
-    assert all(SEQS // 2 <= limit <= SEQS + 2 for limit in limits), str(limits)
+    assert all(SEQS // 2 <= limit <= 2 * SEQS for limit in limits), str(limits)
     assert max(s["waiting"] for s in late) <= 2  # a probe's excess, until the next cut
     queued = sorted(s["queued"] for s in late)
     assert queued[len(queued) // 2] >= 10  # the other callers wait at the gateway
