@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DATA ?= .gateway
 export GATEWAY_DATA_DIR ?= $(DATA)
 
-.PHONY: run test check format bench bench-quick install demo-model clean soak reliability-report chromium
+.PHONY: run test coverage check format bench bench-quick install demo-model clean soak reliability-report chromium
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -45,6 +45,11 @@ chromium:
 	bash scripts/install_chromium.sh
 
 test: check chromium
+	$(VENV)/bin/pytest
+
+# The same suite under coverage, the gateway and worker processes it starts included
+# (pyproject.toml [tool.coverage.run]): slower, since every process it starts is measured.
+coverage: check chromium
 	$(VENV)/bin/pytest --cov --cov-report=term:skip-covered
 
 BENCHES := proxy_overhead cache_quality cache_loco error_bound cache_latency cache_latency_component overload weight_load cold_start capacity batch_interference workload_shapes
