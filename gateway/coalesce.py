@@ -71,8 +71,10 @@ class Flights:
     def get(self, key: str) -> Flight | None:
         return self._up.get(key)
 
-    def lead(self, key: str, kind: str) -> Flight:
-        flight = self._up[key] = Flight(key, kind, self)
+    def lead(self, key: str, kind: str, *, missed: bool = False) -> Flight:
+        """A flight for `key`; `missed`: its leader's own lookup ran and missed (see
+        `Flight.missed`)."""
+        flight = self._up[key] = Flight(key, kind, self, missed)
         return flight
 
     def landed(self, flight: Flight) -> None:
@@ -83,9 +85,15 @@ class Flights:
 class Flight:
     """One leader's upstream call, and what it has answered so far."""
 
-    def __init__(self, key: str, kind: str, flights: Flights) -> None:
+    def __init__(self, key: str, kind: str, flights: Flights, missed: bool = False) -> None:
         self.key = key
         self.kind = kind
+        # The leader's lookup ran and missed: an identical request's would miss too, and it
+        # follows without one. Not after a lookup that failed open (the embedder busy, the
+        # budget spent) or explored, or none at all: the newcomer looks up first, and a hit
+        # beats waiting on the model (bench/cache_latency.py at concurrency 64 and 200 ms
+        # misses: most requests followed a leader refused for load, each waiting the model).
+        self.missed = missed
         self.served: str | None = None  # the fallback model that answered, if one did
         self.over = False  # no more pieces will come
         self.body: bytes | None = None  # the whole answer, once the flight succeeded

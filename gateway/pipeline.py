@@ -166,7 +166,8 @@ class Pipeline:
         leader that failed (gateway/coalesce.py)."""
         flight = self._flights.get(probe.key.exact_key)
         if flight is None:
-            exchange.flight = self._flights.lead(probe.key.exact_key, probe.kind)
+            missed = probe.lookup.reason not in (None, "explore")
+            exchange.flight = self._flights.lead(probe.key.exact_key, probe.kind, missed=missed)
             return None
         if probe.mode is not Mode.FULL or probe.lookup.explored is not None:
             return None  # it must reach the model (no-cache, or exploring under a bound)
@@ -274,8 +275,9 @@ class Pipeline:
         if probe is None:
             exchange.cache = self._cache.skipped(call.body)
             return None
-        if probe.mode is Mode.FULL and self._flights.get(probe.key.exact_key) is not None:
-            return None  # an identical request is with the model: follow it, no lookup
+        flight = self._flights.get(probe.key.exact_key) if probe.mode is Mode.FULL else None
+        if flight is not None and flight.missed:
+            return None  # an identical request missed and is with the model: follow it
         hit = await self._cache.lookup(probe, call.body.streamed, exchange.request_id)
         if hit is None:
             return None

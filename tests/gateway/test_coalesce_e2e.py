@@ -241,3 +241,30 @@ async def test_tenants_of_different_cache_scopes_do_not_coalesce(
         answers = await asyncio.gather(ask(client, request), ask(other, request))
     assert answers == [("miss", f"echo: {prompt}")] * 2
     assert calls(upstream, user) == 2
+
+
+async def test_a_request_looks_up_before_following_a_leader_that_did_not(
+    gateway: Gateway, upstream: str, client: openai.AsyncOpenAI
+) -> None:
+    """A leader that did not look up (here `Cache-Control: no-cache`; under load, one whose
+    lookup failed open) says nothing of what the cache holds: an identical request that
+    comes meanwhile looks up first, and is a hit, instead of waiting on the model."""
+    prompt, user = unique(), "looks-up-" + uuid.uuid4().hex[:8]
+    request = body(prompt, user, x_delay=1.5)
+    assert await ask(client, request) == ("miss", f"echo: {prompt}")
+    for _ in range(50):  # stored in the background
+        if (await ask(client, request))[0] == "hit":
+            break
+        await asyncio.sleep(0.05)
+    headers = {"Authorization": f"Bearer {KEY_A}", "Cache-Control": "no-cache"}
+    async with httpx.AsyncClient(timeout=30) as raw:
+        url = gateway.base_url + "/chat/completions"
+        fresh = asyncio.create_task(raw.post(url, json=request, headers=headers))
+        await asyncio.sleep(0.5)  # the no-cache request is with the model
+        started = asyncio.get_running_loop().time()
+        outcome, text = await ask(client, request)
+        took_s = asyncio.get_running_loop().time() - started
+        answer = await fresh
+    assert (outcome, text) == ("hit", f"echo: {prompt}") and took_s < 0.8
+    assert answer.status_code == 200 and answer.headers["x-cache"] != "hit"
+    assert calls(upstream, user) == 2  # the first request and the no-cache one
