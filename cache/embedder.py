@@ -307,26 +307,27 @@ def _exported_encoder(
     """The ONNX encoder read from the model's folder and the graphs exported from it, without
     torch, transformers or sentence-transformers (loading through them took 13 s here; a
     cache-enabled gateway started in 11.5 s, now 2.5 s), where the full way would choose
-    the same: on the CPU, for a folder `plain_bert_folder` reads, with its graphs made
+    the same: on the CPU, for a folder `read_bert_folder` reads, with its graphs made
     already. None: go the full way (which exports and quantises them, once)."""
     if backend == "torch" or precision == "bfloat16" or (device or _device_sans_torch()) != "cpu":
         return None
-    from cache.onnx_encoder import OnnxEncoder, plain_bert_folder
+    from cache.onnx_encoder import OnnxEncoder, read_bert_folder
     from cache.onnx_export import find_int8, find_onnx
 
-    graph = find_onnx(path, onnx_dir) if plain_bert_folder(path) else None
-    if graph is None:
+    folder = read_bert_folder(path)
+    graph = find_onnx(path, onnx_dir) if folder is not None else None
+    if folder is None or graph is None:
         return None
     if _asked_weights(backend, precision) == "float32":
-        return OnnxEncoder.from_folder(path, graph)
+        return OnnxEncoder.from_folder(folder, graph)
     int8_graph = find_int8(graph, onnx_dir)
     if int8_graph is None:
         return None
     # The float32 graph computes the torch pass (checked at its export): the reference
     # the int8 one is held to here, and what runs if it is off on this CPU.
-    float32 = OnnxEncoder.from_folder(path, graph)
+    float32 = OnnxEncoder.from_folder(folder, graph)
     int8 = _int8_encoder(
-        lambda: OnnxEncoder.from_folder(path, int8_graph, "int8"),
+        lambda: OnnxEncoder.from_folder(folder, int8_graph, "int8"),
         sentence_vectors(float32),
         required=backend == "onnx-int8",
     )

@@ -7,16 +7,17 @@ and the mean-pooled sentence vector; cache/embedder.py's `split_rows` makes the
 `Embedded` values, so both backends store identical features for identical vectors.
 
 `OnnxEncoder.of` takes what it needs from a loaded sentence-transformers model;
-`OnnxEncoder.from_folder` reads the same from the model's folder (`tokenizer.json`,
-`sentence_bert_config.json`, the pooling config), without torch, transformers or
-sentence-transformers: importing them was most of a gateway's start (11.5 s with the cache
-on, 2.5 s without them).
+`OnnxEncoder.from_folder` the same, as `read_bert_folder` read it from the model's folder
+(`tokenizer.json`, `sentence_bert_config.json`, the pooling config) without torch,
+transformers or sentence-transformers: importing them was most of a gateway's start
+(11.5 s with the cache on, 2.5 s without them).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,21 +48,33 @@ def session_options() -> Any:
     return options
 
 
-def plain_bert_folder(folder: Path) -> bool:
-    """Whether `folder` holds a sentence-transformers model of the one shape `from_folder`
-    reads (and cache/bert.py, hence the export, reproduces): Transformer, mean Pooling and
-    an optional Normalize; the text as given (no lower-casing of its own); a
-    `tokenizer.json` whose pad token it names. Anything else: load it the full way."""
+@dataclass(frozen=True)
+class BertFolder:
+    """What the encoder needs of a sentence-transformers model folder, read from its files."""
+
+    tokenizer: str  # tokenizer.json's text
+    max_tokens: int
+    pad_token: str
+    dimension: int
+
+
+def read_bert_folder(folder: Path) -> BertFolder | None:
+    """The model in `folder` if it is of the one shape `from_folder` builds right (and
+    cache/bert.py, hence the export, reproduces): Transformer, mean Pooling and an optional
+    Normalize; the text as given (no lower-casing of its own); a `tokenizer.json` whose pad
+    token it names. None for anything else: load it the full way."""
     try:
         modules = [str(m["type"]).rsplit(".", 1)[-1] for m in _json(folder / "modules.json")]
         pooling = _json(folder / "1_Pooling" / "config.json")
         config = _json(folder / "sentence_bert_config.json")
         pad = _json(folder / "tokenizer_config.json").get("pad_token", "[PAD]")
-        vocab = _json(folder / "tokenizer.json")["model"]["vocab"]
+        definition = (folder / "tokenizer.json").read_text()
+        vocab = json.loads(definition)["model"]["vocab"]
+        dimension = int(pooling["word_embedding_dimension"])
     except (OSError, ValueError, KeyError, TypeError):
-        return False
+        return None
     modes = {key for key, value in pooling.items() if key.startswith("pooling_mode") and value}
-    return (
+    plain = (
         modules in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"])
         and modes == {"pooling_mode_mean_tokens"}
         and not config.get("do_lower_case", False)
@@ -70,6 +83,9 @@ def plain_bert_folder(folder: Path) -> bool:
         and isinstance(vocab, dict)
         and pad in vocab
     )
+    if not plain:
+        return None
+    return BertFolder(definition, int(config.get("max_seq_length") or 512), pad, dimension)
 
 
 def _json(path: Path) -> Any:
@@ -134,16 +150,17 @@ class OnnxEncoder:
         )
 
     @classmethod
-    def from_folder(cls, folder: Path, graph: Path, precision: str = "float32") -> OnnxEncoder:
-        """The encoder `of` would build for the model in `folder`, read from its files;
-        `plain_bert_folder(folder)` first says whether the folder is one this reads right."""
-        config = _json(folder / "sentence_bert_config.json")
-        max_tokens = int(config.get("max_seq_length") or 512)
-        pad = str(_json(folder / "tokenizer_config.json").get("pad_token", "[PAD]"))
-        tokenizer = _tokenizer((folder / "tokenizer.json").read_text(), max_tokens, pad)
-        dimension = int(_json(folder / "1_Pooling" / "config.json")["word_embedding_dimension"])
+    def from_folder(
+        cls, folder: BertFolder, graph: Path, precision: str = "float32"
+    ) -> OnnxEncoder:
+        """The encoder `of` would build for the model of `folder` (`read_bert_folder`)."""
+        tokenizer = _tokenizer(folder.tokenizer, folder.max_tokens, folder.pad_token)
         return cls(
-            graph, tokenizer, max_tokens=max_tokens, dimension=dimension, precision=precision
+            graph,
+            tokenizer,
+            max_tokens=folder.max_tokens,
+            dimension=folder.dimension,
+            precision=precision,
         )
 
     @property

@@ -80,6 +80,12 @@ class Lookup:
     reason: str | None = None
     explored: Explored | None = None
 
+    @property
+    def missed(self) -> bool:
+        """It ran and found nothing to serve, so a lookup of the same key now would miss
+        too; not "explore", which found a candidate a later draw may serve."""
+        return self.reason is not None and self.reason != "explore"
+
 
 @dataclass(frozen=True)
 class BadHit:

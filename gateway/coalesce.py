@@ -85,7 +85,7 @@ class Flights:
 class Flight:
     """One leader's upstream call, and what it has answered so far."""
 
-    def __init__(self, key: str, kind: str, flights: Flights, missed: bool = False) -> None:
+    def __init__(self, key: str, kind: str, flights: Flights, missed: bool) -> None:
         self.key = key
         self.kind = kind
         # The leader's lookup ran and missed: an identical request's would miss too, and it

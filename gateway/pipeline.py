@@ -166,7 +166,7 @@ class Pipeline:
         leader that failed (gateway/coalesce.py)."""
         flight = self._flights.get(probe.key.exact_key)
         if flight is None:
-            missed = probe.lookup.reason not in (None, "explore")
+            missed = probe.lookup.missed
             exchange.flight = self._flights.lead(probe.key.exact_key, probe.kind, missed=missed)
             return None
         if probe.mode is not Mode.FULL or probe.lookup.explored is not None:

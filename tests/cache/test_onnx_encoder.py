@@ -13,7 +13,7 @@ import pytest
 
 from cache.embedder import SentenceEncoder, default_model_path, load_embedder
 from cache.features import TokenFeatures
-from cache.onnx_encoder import OnnxEncoder, plain_bert_folder
+from cache.onnx_encoder import OnnxEncoder, read_bert_folder
 from cache.onnx_export import (
     SUBDIR,
     OnnxExportError,
@@ -146,10 +146,10 @@ MORE_TEXTS = [
 def test_the_folder_reader_builds_the_encoder_the_loaded_model_does(
     encoder: SentenceEncoder, onnx_encoder: OnnxEncoder
 ) -> None:
-    """`from_folder` reads the tokenizer and sizes from the model's files; `of` takes them
-    from sentence-transformers: the same word pieces, vectors, sizes and vocabulary."""
-    folder = default_model_path()
-    assert plain_bert_folder(folder)
+    """`read_bert_folder` reads the tokenizer and sizes from the model's files; `of` takes
+    them from sentence-transformers: the same word pieces, vectors, sizes and vocabulary."""
+    folder = read_bert_folder(default_model_path())
+    assert folder is not None
     read = OnnxEncoder.from_folder(folder, onnx_encoder.path)
     built = OnnxEncoder.of(encoder.model, onnx_encoder.path)
     assert (read.max_tokens, read.dimension) == (built.max_tokens, built.dimension) == (256, 384)
@@ -217,11 +217,11 @@ def test_a_folder_of_another_shape_is_not_read_by_the_folder_reader(tmp_path: Pa
     pooling.mkdir()
     config = json.loads((default_model_path() / "1_Pooling" / "config.json").read_text())
     (pooling / "config.json").write_text(json.dumps(config))
-    assert plain_bert_folder(folder)
+    assert read_bert_folder(folder) is not None
     config.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
     (pooling / "config.json").write_text(json.dumps(config))
-    assert not plain_bert_folder(folder)
+    assert read_bert_folder(folder) is None
     (pooling / "config.json").write_text(json.dumps({**config, "pooling_mode_cls_token": False}))
-    assert not plain_bert_folder(folder)  # no pooling at all
+    assert read_bert_folder(folder) is None  # no pooling at all
     (folder / "tokenizer.json").unlink()
-    assert not plain_bert_folder(folder)
+    assert read_bert_folder(folder) is None
