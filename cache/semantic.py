@@ -40,6 +40,7 @@ from cache import error_bound
 from cache.batching import EmbedderBusy
 from cache.bounded import SIGNAL_MODEL, Explored, Ledger, agree, answer_text
 from cache.entry import CacheEntry, new_entry_id
+from cache.lateness import Lateness
 from cache.policy import CacheKey
 from cache.scoring import BatchingScorer, PairScorer
 from cache.store import CacheStore, CacheUnavailable
@@ -143,6 +144,7 @@ class SemanticCache:
         self._decision = decision
         self._tasks = tasks
         self._budget_s = budget_s
+        self._lateness = Lateness(budget_s)  # the budget's timer, set early on a busy loop
         self._ttl_s = ttl_s
         self._semantic = semantic
         self._on_stage = on_stage or (lambda stage, seconds: None)
@@ -163,9 +165,22 @@ class SemanticCache:
         if pending is not None:
             return Lookup(Found(pending, "exact", 1.0), 1.0)
         started = time.perf_counter()
+        timer_s = self._lateness.timer_s(started)
+        found = await self._within(key, started, timer_s, delta)
+        ended = time.perf_counter()
+        self._lateness.ended(started, timer_s, ended)
+        if found.failed is None:
+            self._on_stage("total", ended - started)
+        return found
+
+    async def _within(
+        self, key: CacheKey, started: float, timer_s: float, delta: float | None
+    ) -> Lookup:
+        """The lookup, failed open past `timer_s`: the budget less what the loop lately
+        added to it (cache/lateness.py), so that the caller resumes within the budget."""
         try:
-            with anyio.fail_after(self._budget_s):
-                found = await self._find(key, started + self._budget_s, delta)
+            with anyio.fail_after(timer_s):
+                return await self._find(key, started + timer_s, delta)
         except TimeoutError:
             return Lookup(failed="budget")
         except EmbedderBusy:
@@ -175,8 +190,6 @@ class SemanticCache:
         except Exception:
             _log.exception("cache lookup failed; answering from the model")
             return Lookup(failed="error")
-        self._on_stage("total", time.perf_counter() - started)
-        return found
 
     def store_later(self, answer: Answer) -> None:
         if not _storable(answer.body):
