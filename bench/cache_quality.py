@@ -18,7 +18,10 @@ Systems, all on the same MiniLM vectors:
   gateway   cache/decision.py: tier 2 (normalised match, over the whole namespace as the
             normalized-key lookup does), then tier 3 (top_k over the floor, guards, pair
             verifier). setting = "default" or a verifier threshold; `variant` names the
-            ablations (one tier, one guard or the verifier left out)
+            ablations (one tier, one guard or the verifier left out; a guard that is not
+            a default added), each by source as well as for the whole file, so that what
+            a guard does on a kind of prompt it was not written for can be read (README
+            "The guards, left out one at a time")
   gptcache  GPTCache 0.1.44 itself: its adapter `get`, SSDataManager with its FAISS vector
             store (IDMap,Flat, L2, top_k 1) and a minimal in-memory scalar store (its
             sqlite store needs SQLAlchemy, not installed here), SearchDistanceEvaluation
@@ -321,7 +324,7 @@ def run_file(
             report(
                 queries,
                 outcomes,
-                by_source=False,
+                by_source=True,
                 system="gateway",
                 setting="default",
                 variant=name,

@@ -6,8 +6,8 @@ Tier 1 (the exact request hash) is decided before this module is reached. Here:
   query's is a hit.
 - Tier 3, verified semantic: the `top_k` most similar candidates at or above
   `similarity_floor`. Each is refused if either prompt was truncated by the model, if a
-  guard fires (cache/guards.py: other numbers, operators, negation, swapped direction,
-  order or roles, another person), or if more than `content_tolerance` content words
+  guard fires (cache/guards.py: other numbers, operators, negation, swapped direction or
+  roles, another person), or if more than `content_tolerance` content words
   have no counterpart on the other side. The pair verifier (cache/verifier.py) scores
   the rest; a candidate passes at the verifier's threshold, or at the stricter
   `unexplained_threshold` when it has a word without a counterpart. The best-scoring
@@ -33,6 +33,13 @@ from cache.guards import GUARDS, unexplained_words
 from cache.normalize import normalize
 
 Tier = Literal["normalized", "semantic"]
+# Chosen leave-one-source-out where the dev pairs allow it (bench/cache_quality.py, each
+# guard left out in turn, by source): a guard stays when it alone prevents a false hit on a
+# source it was not written for, or when the precision target needs it. "order" (the very
+# same words in another order) prevented none on any source, "roles" catching every swap
+# it saw, and refused true paraphrases on PAWS and QQP, so it is not a default. "person"
+# prevents false hits on QQP alone, where it was chosen, and costs nothing elsewhere;
+# without it QQP's precision falls below the 0.90 the issue asks of QQP-like pairs.
 DEFAULT_GUARDS = frozenset(
     {
         "content",
@@ -40,7 +47,6 @@ DEFAULT_GUARDS = frozenset(
         "negation",
         "operators",
         "direction",
-        "order",
         "roles",
         "person",
     }
