@@ -261,6 +261,9 @@ def report_curves(queries: list[Query], curves: dict[str, list[Outcome]], **para
 # ---- one file ---------------------------------------------------------------------------
 
 
+UNEXPLAINED_BARS = (0.9, 0.95, 0.99, 0.995, 0.998, 0.999)
+
+
 def ablations(default: DecisionSettings) -> dict[str, DecisionSettings]:
     variants = {
         "tier2_only": replace(default, semantic_tier=False),
@@ -270,6 +273,11 @@ def ablations(default: DecisionSettings) -> dict[str, DecisionSettings]:
         "content_tolerance_0": replace(default, content_tolerance=0),
         "content_tolerance_2": replace(default, content_tolerance=2),
     }
+    # The bar for a pair with an unmatched content word was chosen on the QQP pairs: these
+    # show what each other source would have chosen.
+    for bar in UNEXPLAINED_BARS:
+        if bar != default.unexplained_threshold:
+            variants[f"unexplained_{bar}"] = replace(default, unexplained_threshold=bar)
     for name in sorted(default.guards):
         variants[f"without_{name}"] = replace(default, guards=default.guards - {name})
     for name in sorted(GUARDS.keys() - default.guards):
