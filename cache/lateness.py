@@ -18,6 +18,7 @@ loop is never late and leaves the whole budget. Pure: the caller passes the cloc
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 KEPT = 128  # recent late lookups remembered
@@ -31,12 +32,15 @@ class Lateness:
         self.budget_s = budget_s
         self._max_age_s = max_age_s
         self._late: deque[tuple[float, float]] = deque(maxlen=kept)  # (when, seconds late)
+        # Asked once per lookup: the largest is kept until a sample comes or it ages out.
+        self._largest = 0.0
+        self._valid_until = -math.inf
 
     def timer_s(self, now: float) -> float:
         """The timer to set for a lookup starting `now`, in seconds."""
-        horizon = now - self._max_age_s
-        late = max((seconds for at, seconds in self._late if at > horizon), default=0.0)
-        return max(self.budget_s / 2, self.budget_s - late)
+        if now >= self._valid_until:
+            self._refresh(now)
+        return max(self.budget_s / 2, self.budget_s - self._largest)
 
     def ended(self, started: float, timer_s: float, now: float) -> None:
         """A lookup started at `started` with a timer of `timer_s` ended (its caller runs
@@ -44,3 +48,11 @@ class Lateness:
         late = now - (started + timer_s)
         if late > 0:
             self._late.append((now, late))
+            self._valid_until = -math.inf
+
+    def _refresh(self, now: float) -> None:
+        horizon = now - self._max_age_s
+        recent = [(at, seconds) for at, seconds in self._late if at > horizon]
+        at, self._largest = max(recent, key=lambda sample: sample[1], default=(now, 0.0))
+        # Until the largest ages out; with none, until a sample comes.
+        self._valid_until = at + self._max_age_s if recent else math.inf
