@@ -265,9 +265,12 @@ class Pool:
 
     async def _take_slot(self, request: Admitted, deadline: Deadline) -> Slot:
         # The answer must also arrive before the deadline: dispatch no later than one
-        # typical service time before it, but never refuse at once for that alone (a mean
-        # that long streams made long says little of a short answer's time).
-        margin = min(deadline.left_s() / 2, self.scheduler.mean_service_s)
+        # typical service time of its class before it, but never refuse at once for that
+        # alone (a mean that long streams made long says little of a short answer's time).
+        # The class's own: with the mean over all, short interactive answers let batch
+        # requests go with less time than a batch answer takes (bench/capacity.py at 5x:
+        # 22 to 40 batch requests a run answered 504 after 19.5 s of their 20).
+        margin = min(deadline.left_s() / 2, self.scheduler.class_service_s(request.priority))
         latest = deadline.at - margin
         try:
             return await self.scheduler.acquire(

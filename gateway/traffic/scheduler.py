@@ -584,6 +584,11 @@ class FairScheduler:
             self._bounds_until = self._limits[1][0] + LIMIT_MEMORY_S if later else math.inf
         return self._bounds
 
+    def class_service_s(self, priority: str) -> float:
+        """The mean service time of a class's requests (the overall mean until it has
+        samples)."""
+        return self._class_mean_s(self._ranks[priority])
+
     def _class_mean_s(self, rank: int) -> float:
         """A class's own mean service time; the overall mean until it has samples."""
         estimator = self._class_service.get(rank)
