@@ -269,7 +269,7 @@ class Pool:
         # alone (a mean that long streams made long says little of a short answer's time).
         # The class's own: with the mean over all, short interactive answers let batch
         # requests go with less time than a batch answer takes (bench/capacity.py at 5x:
-        # 22 to 40 batch requests a run answered 504 after 19.5 s of their 20).
+        # 40 and 77 batch requests a run answered 504 after 19.5 s of their 20; 12, 25).
         margin = min(deadline.left_s() / 2, self.scheduler.class_service_s(request.priority))
         latest = deadline.at - margin
         try:

@@ -367,12 +367,8 @@ async def test_while_the_limit_is_pinned_low_the_allowance_keeps_to_the_recent_p
     await h.drain()
 
 
-async def test_each_class_has_its_own_service_time_for_the_dispatch_margin() -> None:
-    """The pool dispatches a request no later than one service time of its class before
-    its deadline: a batch answer's, not a mean that short interactive answers pulled down."""
-    scheduler = FairScheduler(1, 100, FakeClock())
-    h = Harness(scheduler)
-    assert scheduler.class_service_s("batch") == scheduler.mean_service_s  # no sample yet
+async def _serve_short_interactive_and_one_long_batch(h: Harness) -> None:
+    """Ten interactive answers of 0.1 s, then one batch answer of 2 s."""
     for i in range(10):
         await h.submit(f"i{i}", tenant="web", priority="interactive")
         slot, _ = h.running.pop(0)
@@ -380,6 +376,15 @@ async def test_each_class_has_its_own_service_time_for_the_dispatch_margin() -> 
     await h.submit("b0", tenant="jobs")
     slot, _ = h.running.pop(0)
     slot.release(10, 10, service_s=2.0)
+
+
+async def test_each_class_has_its_own_service_time_for_the_dispatch_margin() -> None:
+    """The pool dispatches a request no later than one service time of its class before
+    its deadline: a batch answer's, not a mean that short interactive answers pulled down."""
+    scheduler = FairScheduler(1, 100, FakeClock())
+    h = Harness(scheduler)
+    assert scheduler.class_service_s("batch") == scheduler.mean_service_s  # no sample yet
+    await _serve_short_interactive_and_one_long_batch(h)
     assert scheduler.class_service_s("batch") == 2.0
     assert scheduler.class_service_s("interactive") == pytest.approx(0.1)
     assert scheduler.mean_service_s < 1.0
@@ -391,13 +396,7 @@ async def test_a_batch_newcomer_counts_on_batch_service_times_not_the_mean_of_al
     clock = FakeClock()
     scheduler = FairScheduler(1, 100, clock)
     h = Harness(scheduler)
-    for i in range(10):  # ten interactive answers of 0.1 s, one batch one of 2 s
-        await h.submit(f"i{i}", tenant="web", priority="interactive")
-        slot, _ = h.running.pop(0)
-        slot.release(10, 10, service_s=0.1)
-    await h.submit("b0", tenant="jobs")
-    slot, _ = h.running.pop(0)
-    slot.release(10, 10, service_s=2.0)
+    await _serve_short_interactive_and_one_long_batch(h)
     assert scheduler.mean_service_s < 1.0
     clock.now += 10.0  # interactive out of the load window
     await h.submit("busy", tenant="jobs")
