@@ -101,10 +101,10 @@ def measure(
 ) -> None:
     queries = build_queries(pairs, vectors)
     outcomes = gateway_outcomes(queries, DecisionSettings(), CachedVerifier(model))
-    correct, false, duplicates = counts(queries, outcomes)
+    correct, false, duplicates, recalled = counts(queries, outcomes)
     hits = correct + false
     emit("precision", round(correct / hits, 4) if hits else None, "ratio", **params)
-    emit("recall", round(correct / max(duplicates, 1), 4), "ratio", **params)
+    emit("recall", round(recalled / max(duplicates, 1), 4), "ratio", **params)
     emit("false_hits", false, "count", **params)
     emit("threshold", model.threshold, "score", **params)
 

@@ -40,8 +40,10 @@ Data: only pairs no training step read (bench/pair_data.py), as cache_quality do
 prompt-pairs = held-out half of prompt-pairs-dev.jsonl; qqp = all QQP pairs of
 paraphrase-dev.jsonl (never trained on; the shipped rules' "person" guard and strict
 threshold were chosen on them, so static_default is a development figure there);
-paws = held-out half of the PAWS pairs. The error-bound model's fixed choices
-(BoundModel) were set on synthetic streams, not on these pairs; nothing is tuned here.
+paws = held-out half of the PAWS pairs; authored-kinds = bench/pairs/authored-kinds.jsonl
+(seven kinds of prompts the rules were not written for, never trained on). The
+error-bound model's fixed choices (BoundModel) were set on synthetic streams, not on
+these pairs; nothing is tuned here.
 
     python bench/error_bound.py           # all three sets, 20 orders each: ~30 s on 2 cores
     python bench/error_bound.py --quick   # 5 orders, QQP subsampled to 300: under a minute
@@ -63,7 +65,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.cache_quality import CachedVerifier, Query, build_queries  # noqa: E402
-from bench.pair_data import PARAPHRASES, PROMPT_PAIRS, Pair, held_out_pairs, load_pairs  # noqa: E402
+from bench.pair_data import (  # noqa: E402
+    AUTHORED_KINDS,
+    PARAPHRASES,
+    PROMPT_PAIRS,
+    Pair,
+    held_out_pairs,
+    load_pairs,
+)
 from cache.decision import DecisionSettings, decide  # noqa: E402
 from cache.embedder import SentenceEncoder, embed_many, load_embedder  # noqa: E402
 from cache.error_bound import DEFAULT_MODEL, NO_EVIDENCE, BoundModel, Evidence, update  # noqa: E402
@@ -152,7 +161,7 @@ def requests_of(queries: list[Query], verifier: CachedVerifier) -> list[Request]
 
 def _candidate(q: Query, index: int) -> Candidate:
     entry = q.entries[index]
-    correct = entry == q.own and q.pair.duplicate
+    correct = q.correct(entry)
     return Candidate(entry, q.candidates[index].similarity, correct)
 
 
@@ -240,6 +249,7 @@ def sets(quick: bool) -> Iterator[tuple[str, list[Pair]]]:
         qqp = random.Random(7).sample(qqp, 300)
     yield "qqp", qqp
     yield "paws", [p for p in paraphrases if p.source.startswith("paws")]
+    yield "authored-kinds", load_pairs(AUTHORED_KINDS)
 
 
 def run_set(

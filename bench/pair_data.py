@@ -14,10 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+AUTHORED_KINDS = Path(__file__).resolve().parent / "pairs" / "authored-kinds.jsonl"
 PROMPT_PAIRS = DATA_DIR / "prompt-pairs-dev.jsonl"
 PARAPHRASES = DATA_DIR / "paraphrase-dev.jsonl"
 # QQP text is licensed for non-commercial use only: never a training input.
 NEVER_TRAIN_SOURCES = frozenset({"qqp"})
+# bench/pairs/authored-kinds.jsonl: written for evaluation by someone who never saw the
+# training data, generator or rules, so no training or choosing step may read any of it.
+NEVER_TRAIN_PREFIXES = ("authored-kinds/",)
 SPLIT_RULE = "sha256(a + '\\x1f' + b): first 8 hex digits as an integer, odd = held out"
 
 
@@ -32,7 +36,7 @@ class Pair:
     @property
     def held_out(self) -> bool:
         """True for the half that no training step may read."""
-        if self.source in NEVER_TRAIN_SOURCES:
+        if self.source in NEVER_TRAIN_SOURCES or self.source.startswith(NEVER_TRAIN_PREFIXES):
             return True
         digest = hashlib.sha256(f"{self.a}\x1f{self.b}".encode()).hexdigest()
         return int(digest[:8], 16) % 2 == 1

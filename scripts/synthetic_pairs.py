@@ -425,3 +425,56 @@ def direction_pairs(rng: random.Random, n: int) -> list[SyntheticPair]:
         else:
             out.append(SyntheticPair(a, second.format(**values), True, "direction_kept", a))
     return out
+
+
+# ---- licence-clean corpora (../shared/data/train/) ---------------------------------------
+# Their negatives differ by topic (two questions on one paragraph or database), which
+# teaches "same topic, high overlap = same request": each sampled positive also gives a
+# rule-made one-detail negative (one word or number changed), in any language.
+
+_LETTERS = re.compile(r"[^\W\d_]{5,}")  # five letters: few function words in any language
+
+
+def swap_word(text: str, rng: random.Random, pool: list[str]) -> str | None:
+    """One word of four letters or more replaced by another text's word (any language)."""
+    spots = [m for m in _LETTERS.finditer(text) if m.group().lower() not in _STOP]
+    if not spots or not pool:
+        return None
+    spot = rng.choice(spots)
+    word = rng.choice(pool)
+    if word.lower() == spot.group().lower():
+        return None
+    return text[: spot.start()] + _match_case(spot.group(), word) + text[spot.end() :]
+
+
+def one_detail(text: str, rng: random.Random, pool: list[str]) -> tuple[str, str] | None:
+    """(the edited text, the edit's name): a number, a lexicon contrast, or a word."""
+    for name, edit in (("number", change_number), ("contrast", contrast)):
+        if rng.random() < 0.5:
+            edited = edit(text, rng)
+            if edited and edited != text:
+                return edited, name
+    edited = swap_word(text, rng, pool)
+    return (edited, "word") if edited and edited != text else None
+
+
+def corpus_pairs(
+    rows: list[dict[str, object]], rng: random.Random, per_source: int
+) -> list[SyntheticPair]:
+    """`per_source` pairs of each corpus source, and a one-detail negative per positive."""
+    by_source: dict[str, list[dict[str, object]]] = {}
+    for row in rows:
+        by_source.setdefault(str(row["source"]), []).append(row)
+    out: list[SyntheticPair] = []
+    for source in sorted(by_source):
+        chosen = rng.sample(by_source[source], min(per_source, len(by_source[source])))
+        pool = [w for r in chosen for w in _LETTERS.findall(str(r["a"]))]
+        for row in chosen:
+            a, b, duplicate = str(row["a"]), str(row["b"]), bool(row["duplicate"])
+            out.append(SyntheticPair(a, b, duplicate, f"corpus/{source}", a))
+            # Side a is edited: in disfl-qa it is the fluent question (b's retracted words
+            # would make an edit there meaningless).
+            made = one_detail(a, rng, pool) if duplicate else None
+            if made is not None:
+                out.append(SyntheticPair(made[0], b, False, f"corpus-{made[1]}/{source}", a))
+    return out

@@ -3,12 +3,17 @@
     python scripts/train_verifier.py                  # train, pick the threshold, save
     python scripts/train_verifier.py --folds 1        # no out-of-fold step (--threshold)
     python scripts/train_verifier.py --ablate order   # a variant without one feature
+    python scripts/train_verifier.py --template-pairs 20 --out /tmp/v.safetensors
+                                                      # an experiment (README: not shipped)
 
 Training data, and only this (see ../shared/data/README.md for the licences):
   - the training half of prompt-pairs-dev.jsonl (bench/pair_data.py holds the split);
   - the training half of the PAWS pairs in paraphrase-dev.jsonl (never the QQP pairs);
   - synthetic pairs (scripts/synthetic_pairs.py) made from our own seed prompts
-    (scripts/verifier_seeds.py) and from the training-half texts.
+    (scripts/verifier_seeds.py) and from the training-half texts;
+  - only when asked (neither is in the shipped weights): --corpus-pairs, pairs of the
+    licence-clean corpora in ../shared/data/train/ with a rule-made one-detail negative per
+    positive; --template-pairs, scripts/verifier_templates.py's grammar of intents.
 
 The verifier threshold is chosen on out-of-fold scores (5 folds) of the training-half
 authored and PAWS pairs, run through the whole default decision, so it is never fitted on
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import pickle
 import random
 import sys
 import time
@@ -37,12 +43,26 @@ for folder in (ROOT, ROOT / "scripts"):
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from synthetic_pairs import SyntheticPair, direction_pairs, pairs_from_seed, unrelated_pairs  # noqa: E402
+from synthetic_pairs import (  # noqa: E402
+    SyntheticPair,
+    corpus_pairs,
+    direction_pairs,
+    pairs_from_seed,
+    unrelated_pairs,
+)
 from verifier_seeds import SEED_PROMPTS  # noqa: E402
+from verifier_templates import template_pairs  # noqa: E402
 
-from bench.pair_data import PARAPHRASES, PROMPT_PAIRS, Pair, load_pairs, training_pairs  # noqa: E402
+from bench.pair_data import (  # noqa: E402
+    DATA_DIR,
+    PARAPHRASES,
+    PROMPT_PAIRS,
+    Pair,
+    load_pairs,
+    training_pairs,
+)
 from cache.decision import DecisionSettings  # noqa: E402
-from cache.embedder import SentenceEncoder, embed_many, load_embedder  # noqa: E402
+from cache.embedder import Embedded, SentenceEncoder, embed_many, load_embedder  # noqa: E402
 from cache.features import TokenFeatures  # noqa: E402
 from cache.guards import GUARDS, unexplained_words  # noqa: E402
 from cache.normalize import normalize  # noqa: E402
@@ -130,7 +150,8 @@ def build_examples(args: argparse.Namespace, rng: random.Random) -> list[Example
         for p in authored
     ]
     examples += [
-        Example(p.a, p.b, float(p.duplicate), 1.0, fold_of(p, args.folds), "paws") for p in paws
+        Example(p.a, p.b, float(p.duplicate), args.paws_weight, fold_of(p, args.folds), "paws")
+        for p in paws
     ]
     synthetic: list[tuple[SyntheticPair, int]] = []
     for seed in SEED_PROMPTS:
@@ -141,6 +162,10 @@ def build_examples(args: argparse.Namespace, rng: random.Random) -> list[Example
             synthetic += [(s, fold_of(pair, args.folds)) for s in made]
     synthetic += [(s, -1) for s in unrelated_pairs(SEED_PROMPTS, rng, len(SEED_PROMPTS))]
     synthetic += [(s, -1) for s in direction_pairs(rng, args.direction_pairs)]
+    if args.corpus_pairs:  # none in the shipped weights (README "Training data ...")
+        synthetic += [(s, -1) for s in corpus_pairs(load_corpora(), rng, args.corpus_pairs)]
+    if args.template_pairs:
+        synthetic += [(s, -1) for s in template_pairs(rng, args.template_pairs)]
     examples += [
         Example(s.a, s.b, float(s.duplicate), 1.0, fold, f"synthetic/{s.kind}")
         for s, fold in synthetic
@@ -148,18 +173,42 @@ def build_examples(args: argparse.Namespace, rng: random.Random) -> list[Example
     return examples
 
 
+def load_corpora() -> list[dict[str, object]]:
+    """The licence-clean training corpora (../shared/data/train/, see its README)."""
+    rows: list[dict[str, object]] = []
+    for path in sorted((DATA_DIR / "train").glob("*.jsonl")):
+        with path.open(encoding="utf-8") as handle:
+            rows += [json.loads(line) for line in handle if line.strip()]
+    return rows
+
+
 def embed_texts(
-    encoder: SentenceEncoder, texts: list[str], table: np.ndarray
+    encoder: SentenceEncoder, texts: list[str], table: np.ndarray, cache: Path | None
 ) -> tuple[dict[str, Side], dict[str, np.ndarray]]:
     ordered = sorted(
         set(texts), key=lambda t: (len(t), t)
     )  # similar lengths per batch: little padding
-    embedded = embed_many(encoder, ordered, 64)
+    embedded = embed_cached(encoder, ordered, cache)
     sides = {
         text: prepare(TokenFeatures.from_bytes(e.features), table)
         for text, e in zip(ordered, embedded, strict=True)
     }
     return sides, {text: e.vector for text, e in zip(ordered, embedded, strict=True)}
+
+
+def embed_cached(encoder: SentenceEncoder, texts: list[str], cache: Path | None) -> list[Embedded]:
+    """embed_many, reading and extending a pickle of earlier runs' embeddings when given
+    (the encoder is fixed, so a text's embedding never changes; saves minutes per run)."""
+    known: dict[str, Embedded] = {}
+    if cache is not None and cache.exists():
+        with cache.open("rb") as handle:
+            known = pickle.load(handle)  # noqa: S301 - a file this script wrote
+    missing = [t for t in texts if t not in known]
+    known.update(zip(missing, embed_many(encoder, missing, 64), strict=True))
+    if cache is not None and missing:
+        with cache.open("wb") as handle:
+            pickle.dump(known, handle)
+    return [known[t] for t in texts]
 
 
 def train(
@@ -279,8 +328,15 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--per-seed", type=int, default=4)
     parser.add_argument("--authored-weight", type=float, default=3.0)
+    parser.add_argument("--paws-weight", type=float, default=1.0)
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--direction-pairs", type=int, default=300)
+    parser.add_argument(
+        "--template-pairs", type=int, default=0, help="per intent of verifier_templates.py"
+    )
+    parser.add_argument(
+        "--corpus-pairs", type=int, default=0, help="pairs per source of ../shared/data/train/"
+    )
     parser.add_argument("--threshold", type=float, default=None, help="skip the choice")
     parser.add_argument(
         "--ablate", choices=["exact", "order", "flags"], action="append", default=[]
@@ -293,6 +349,9 @@ def main() -> None:
         help="leave out every pair of this source (e.g. authored-dev/coding, paws-wiki/dev)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS)
+    parser.add_argument(
+        "--embed-cache", type=Path, default=None, help="pickle of embeddings kept across runs"
+    )
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
 
@@ -307,7 +366,8 @@ def main() -> None:
     examples = build_examples(args, rng)
     log(f"{len(examples)} pairs: {dict(Counter(e.kind for e in examples))}")
     t0 = time.perf_counter()
-    sides, vectors = embed_texts(encoder, [t for e in examples for t in (e.a, e.b)], table)
+    texts = [t for e in examples for t in (e.a, e.b)]
+    sides, vectors = embed_texts(encoder, texts, table, args.embed_cache)
     embed_s = time.perf_counter() - t0
     log(f"embedded {len(sides)} texts in {embed_s:.1f} s")
 

@@ -1,0 +1,84 @@
+"""The pair verifier's training-data generators (scripts/): one-detail negatives made from
+the licence-clean corpora, and the grammar of intents (scripts/verifier_templates.py)."""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+
+from synthetic_pairs import corpus_pairs, swap_word  # noqa: E402
+from verifier_templates import INTENTS, template_pairs  # noqa: E402
+
+from cache.normalize import normalize  # noqa: E402
+
+
+def _word_diff(a: str, b: str) -> int:
+    return sum(x != y for x, y in zip(a.split(), b.split(), strict=True))
+
+
+def test_a_swapped_word_changes_one_word_of_five_letters_or_more_in_any_language() -> None:
+    rng = random.Random(3)
+    text = "Pourrais-tu fermer la fenêtre de la cuisine ?"
+    for _ in range(20):
+        edited = swap_word(text, rng, ["porte", "voiture", "maison"])
+        assert edited is not None
+        assert _word_diff(text, edited) == 1
+        new = set(re.findall(r"[^\W\d_]+", edited.lower())) - set(
+            re.findall(r"[^\W\d_]+", text.lower())
+        )
+        assert len(new) == 1 and new <= {"porte", "voiture", "maison"}
+    assert swap_word("a la de", rng, ["porte"]) is None  # nothing long enough to swap
+
+
+def test_each_corpus_positive_also_gives_a_one_detail_negative() -> None:
+    rows: list[dict[str, object]] = [
+        {
+            "a": f"How many rivers flow through city {i}?",
+            "b": f"Rivers in city {i}: how many?",
+            "duplicate": True,
+            "source": "toy/pos",
+        }
+        for i in range(6)
+    ] + [
+        {
+            "a": "Who founded Rome?",
+            "b": "When did Rome fall?",
+            "duplicate": False,
+            "source": "toy/neg",
+        },
+    ]
+    pairs = corpus_pairs(rows, random.Random(1), per_source=4)
+    kinds = Counter(p.kind.split("/")[0] for p in pairs)
+    assert kinds["corpus"] == 5  # four of toy/pos, the one toy/neg
+    made = [p for p in pairs if p.kind.startswith("corpus-")]
+    assert len(made) == 4
+    for p in made:
+        assert not p.duplicate
+        source = next(r for r in rows if r["b"] == p.b)
+        assert _word_diff(str(source["a"]), p.a) == 1  # side a edited, b is the corpus text
+
+
+def test_the_grammar_is_deterministic_balanced_and_covers_every_category() -> None:
+    first = template_pairs(random.Random(5), 2)
+    assert first == template_pairs(random.Random(5), 2)
+    assert len(first) == 4 * len(INTENTS)
+    assert sum(p.duplicate for p in first) == 2 * len(INTENTS)
+    categories = {p.kind.split("/")[1] for p in first}
+    assert categories == {
+        "everyday",
+        "long-constraints",
+        "non-english",
+        "code",
+        "support-ids",
+        "short-casual",
+        "format-instructions",
+    }
+    for p in first:
+        assert normalize(p.a) != normalize(p.b), p
