@@ -183,7 +183,20 @@ class OnnxEncoder:
         return dict(self._tokenizer.get_vocab())
 
     def encode(self, texts: Sequence[str]) -> list[Embedded]:
-        """One forward pass over `texts` (pass a bounded batch)."""
+        """One forward pass over `texts` (pass a bounded batch); with int8 weights, one
+        pass per text.
+
+        The int8 graph quantises its activations dynamically: each tensor is scaled by its
+        range over the whole batch, padding included, so a prompt's vector depended on
+        what it was embedded with (cosine 0.994 to itself alone, measured), and the same
+        cached prompt could be a hit or a miss by the luck of its batch. One pass per text
+        keeps a vector a function of its own text; batching saved ~10% a prompt here.
+        float32 needs no such care (the same vector in any batch, to 1e-7)."""
+        if self._precision == "int8":
+            return [e for text in texts for e in self._forward([text])]
+        return self._forward(texts)
+
+    def _forward(self, texts: Sequence[str]) -> list[Embedded]:
         if not texts:
             return []
         encodings = self._tokenizer.encode_batch(list(texts))

@@ -109,6 +109,23 @@ def test_the_int8_graph_gives_vectors_near_float32_and_the_same_word_pieces(
         np.testing.assert_array_equal(mine.ids, theirs.ids)
 
 
+def test_a_prompt_s_vector_does_not_depend_on_what_it_is_embedded_with(
+    onnx_encoder: OnnxEncoder,
+) -> None:
+    # int8 activations are scaled by their range over a pass: batch-mates would move it.
+    int8 = load_embedder(device="cpu", backend="onnx-int8")
+    long = "Summarize this: " + "the quick brown fox jumps over the lazy dog " * 20
+    for encoder in (int8, onnx_encoder):
+        alone = encoder.encode([TEXTS[0]])[0]
+        for mates in ([long], ["hi", long], TEXTS[1:4]):
+            batched = encoder.encode([TEXTS[0], *mates])[0]
+            if encoder is int8:
+                np.testing.assert_array_equal(batched.vector, alone.vector)
+                assert batched.features == alone.features
+            else:  # float32: padding is masked, rounding aside nothing else moves it
+                assert float(batched.vector @ alone.vector) > 0.99999
+
+
 def test_an_int8_graph_that_computes_other_vectors_is_refused(
     encoder: SentenceEncoder, onnx_encoder: OnnxEncoder, tmp_path: Path
 ) -> None:
