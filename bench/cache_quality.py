@@ -1,12 +1,12 @@
 """Semantic-cache hit quality: the gateway's decision rule vs plain cosine vs GPTCache.
 
-For each labelled file (default: both files in ../shared/data and bench/pairs/
-authored-kinds.jsonl, kinds of prompts the rules were not written for), side `a` of every pair is
-stored in ONE namespace (a FAISS inner-product flat index) and side `b` is the query, so a
-query can also hit somebody else's entry, as in production. A hit is correct only if it
-returns its own pair's `a` (that text, whichever pair stored it: bench/pairs/ reuses a
-prompt in two pairs) and the pair is labelled duplicate, or an entry holding the query's
-very text (stored by another pair); any other hit is a false hit.
+For each labelled file (default: both files in ../shared/data, and
+bench/pairs/authored-kinds.jsonl, kinds of prompts the rules were not written for), side `a`
+of every pair is stored in ONE namespace (a FAISS inner-product flat index) and side `b` is
+the query, so a query can also hit somebody else's entry, as in production. A hit is
+correct only if it returns its own pair's `a` (that text, whichever pair stored it:
+bench/pairs/ reuses a prompt in two pairs) and the pair is labelled duplicate, or an entry
+holding the query's very text (stored by another pair); any other hit is a false hit.
 
 Only pairs no training step read are measured (bench/pair_data.py): the held-out half of
 prompt-pairs-dev.jsonl, and of paraphrase-dev.jsonl all QQP pairs (never trained on) and

@@ -45,7 +45,7 @@ paws = held-out half of the PAWS pairs; authored-kinds = bench/pairs/authored-ki
 error-bound model's fixed choices (BoundModel) were set on synthetic streams, not on
 these pairs; nothing is tuned here.
 
-    python bench/error_bound.py           # all three sets, 20 orders each: ~30 s on 2 cores
+    python bench/error_bound.py           # all four sets, 20 orders each: ~50 s on 2 cores
     python bench/error_bound.py --quick   # 5 orders, QQP subsampled to 300: under a minute
 """
 

@@ -436,7 +436,7 @@ _LETTERS = re.compile(r"[^\W\d_]{5,}")  # five letters: few function words in an
 
 
 def swap_word(text: str, rng: random.Random, pool: list[str]) -> str | None:
-    """One word of four letters or more replaced by another text's word (any language)."""
+    """One word of five letters or more replaced by another text's word (any language)."""
     spots = [m for m in _LETTERS.finditer(text) if m.group().lower() not in _STOP]
     if not spots or not pool:
         return None
