@@ -23,7 +23,8 @@ earliest deadline among them, at most `max_batch`. The first text of a batch ope
 window of `window_ms` for company when others are already waiting (alone, it runs at
 once); texts that arrive while a pass runs join the next one, so under load batches fill
 without any added delay. Texts without a deadline (stores, in the background) wait behind
-every lookup and fill what room a batch has left.
+every lookup and fill what room a batch has left; a batch of them alone is kept to the time
+of two lone passes, so that a lookup arriving meanwhile soon has its turn.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ from cache.embedder import Embedded, Encoder, embed_many
 
 _PASSES_FITTED = 32  # recent passes the time estimate is fitted to
 _RESUME_SMOOTHING = 0.1  # weight of the latest lookup in the resume delay's average
+# A pass of background texts alone lasts at most this many lone passes: a lookup that
+# arrives during it waits for it whole (a pass cannot be cut), and under load stores of
+# failed-open misses kept the embedder in passes of 32 (~260 ms with int8, one pass per
+# text), longer than any lookup budget, so every lookup failed open and was stored in turn.
+_BACKGROUND_PASSES = 2
 
 
 class EmbedderBusy(Exception):
@@ -239,6 +245,8 @@ class BatchingEmbedder:
 
     def _fits(self, now: float, batch: list[_Request], request: _Request) -> bool:
         earliest = min(request.deadline, *(r.deadline for r in batch))
+        if math.isinf(earliest):  # background texts only: keep the pass short
+            return self.times.seconds(len(batch) + 1) <= _BACKGROUND_PASSES * self.times.seconds(1)
         return now + self.times.seconds(len(batch) + 1) + self._resume_s <= earliest
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Request]) -> None:
