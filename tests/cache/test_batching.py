@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 
 import pytest
 
 from cache.batching import BatchingEmbedder, EmbedderBusy, PassTimes
-from cache.embedder import Embedded, SentenceEncoder
+from cache.embedder import SentenceEncoder
+from tests.cache.slow_encoder import SlowEncoder
 
 TEXTS = [f"How do I convert {n} km to miles?" for n in range(10)]
 
@@ -108,34 +108,10 @@ async def test_lookups_go_before_background_work(encoder: SentenceEncoder) -> No
         assert done.index("a lookup") <= 2
 
 
-class _PerTextEncoder:
-    """A model that costs `seconds` a text and nothing a pass, as the int8 graph run one
-    text at a time does, and records each pass's size. It answers every text with the real
-    encoder's embedding of one text: the embedder's scheduling is what is tested, and the
-    real pass's own time would blur the cost the test sets."""
-
-    def __init__(self, encoder: SentenceEncoder, seconds: float) -> None:
-        self._encoder, self._seconds = encoder, seconds
-        self._answer = encoder.encode(["one text"])[0]
-        self.sizes: list[int] = []
-        self.forward_passes = 0
-        self.backend, self.precision = encoder.backend, encoder.precision
-        self.dimension, self.max_tokens = encoder.dimension, encoder.max_tokens
-
-    def tokenizer_vocab(self) -> dict[str, int]:
-        return self._encoder.tokenizer_vocab()
-
-    def encode(self, texts: Sequence[str]) -> list[Embedded]:
-        time.sleep(self._seconds * len(texts))
-        self.sizes.append(len(texts))
-        self.forward_passes += 1
-        return [self._answer] * len(texts)
-
-
 async def test_background_work_alone_runs_in_short_passes_so_a_lookup_soon_gets_its_turn(
     encoder: SentenceEncoder,
 ) -> None:
-    slow = _PerTextEncoder(encoder, 0.02)
+    slow = SlowEncoder(encoder, per_text_s=0.02, one_answer=True)
     async with BatchingEmbedder(slow, window_ms=0, max_batch=32) as embedder:
         for n in range(3):  # measured: no fixed cost, 20 ms a text
             await embedder.embed(f"warm up {n}", within_s=60)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -15,12 +15,13 @@ import orjson
 
 from cache.batching import BatchingEmbedder
 from cache.decision import DecisionSettings
-from cache.embedder import Embedded, SentenceEncoder
+from cache.embedder import SentenceEncoder
 from cache.policy import CacheInputs, CacheKey, cache_key
 from cache.scoring import PairScorer
 from cache.semantic import Answer, SemanticCache
 from cache.store import LocalCacheStore
 from cache.verifier import PairVerifier
+from tests.cache.slow_encoder import SlowEncoder
 from tests.cache.test_scoring import Counting
 
 ANSWER = orjson.dumps(
@@ -160,32 +161,13 @@ async def test_the_time_kept_for_search_and_decision_falls_with_time_and_leaves_
         assert abs(cache._reserved_after_embed(110.0) - 0.001) < 1e-3
 
 
-class _SlowEncoder:
-    """The real encoder behind a model this slow (its passes run in the embedder's
-    thread, so the event loop stays free)."""
-
-    def __init__(self, encoder: SentenceEncoder, seconds: float) -> None:
-        self._encoder, self._seconds = encoder, seconds
-        self.forward_passes = 0
-        self.backend, self.precision = encoder.backend, encoder.precision
-        self.dimension, self.max_tokens = encoder.dimension, encoder.max_tokens
-
-    def tokenizer_vocab(self) -> dict[str, int]:
-        return self._encoder.tokenizer_vocab()
-
-    def encode(self, texts: Sequence[str]) -> list[Embedded]:
-        time.sleep(self._seconds)
-        self.forward_passes += 1
-        return self._encoder.encode(texts)
-
-
 async def test_a_busy_loop_that_resumed_a_lookup_late_has_the_next_resume_within_the_budget(
     tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
 ) -> None:
     """The loop is blocked from 45 to 75 ms into each lookup (other requests' work), and
     the model is too slow for the budget: the first lookup's timer (50 ms) can only fire
     at 75 ms; the next one's is set early by that lateness and fires before the block."""
-    embedder = BatchingEmbedder(_SlowEncoder(encoder, 0.2))
+    embedder = BatchingEmbedder(SlowEncoder(encoder, per_pass_s=0.2))
     async with semantic_cache(tmp_path, encoder, verifier, 0.05, embedder=embedder) as cache:
 
         async def blocked_lookup() -> tuple[str | None, float]:
