@@ -91,7 +91,6 @@ def emit(metric: str, value: float, unit: str, **params: Any) -> None:
 @dataclass(frozen=True)
 class Query:
     pair: Pair
-    own: int  # index of its own pair's entry
     embedded: Embedded
     candidates: list[Candidate]  # top SEARCH_K by cosine, plus the normalized-key match
     entries: list[int]  # entry index of each candidate
@@ -155,7 +154,7 @@ def build_queries(pairs: list[Pair], vectors: dict[str, Embedded]) -> list[Query
             Candidate(entries[i], vectors[entries[i]].features, float(matrix[i] @ query.vector))
             for i in found
         ]
-        out.append(Query(pair, row, query, candidates, found, entries))
+        out.append(Query(pair, query, candidates, found, entries))
     return out
 
 

@@ -13,31 +13,31 @@ from bench.pair_data import AUTHORED_KINDS, Pair, load_pairs, training_pairs
 from cache.embedder import Embedded
 
 
-def _query(pair: Pair, own: int, texts: list[str]) -> Query:
+def _query(pair: Pair, texts: list[str]) -> Query:
     embedded = Embedded(np.zeros(4, dtype=np.float32), b"")
-    return Query(pair, own, embedded, [], list(range(len(texts))), texts)
+    return Query(pair, embedded, [], list(range(len(texts))), texts)
 
 
 def test_a_hit_on_the_own_prompt_is_correct_whichever_pair_stored_it() -> None:
     texts = ["make it shorter", "make it longer", "make it shorter"]
     duplicate = Pair("make it shorter", "pls shorten it", True, "s")
-    assert _query(duplicate, 2, texts).correct(2)
-    assert _query(duplicate, 2, texts).correct(0)  # the same text, stored by another pair
-    assert not _query(duplicate, 2, texts).correct(1)
-    assert not _query(duplicate, 2, texts).correct(None)
+    assert _query(duplicate, texts).correct(2)
+    assert _query(duplicate, texts).correct(0)  # the same text, stored by another pair
+    assert not _query(duplicate, texts).correct(1)
+    assert not _query(duplicate, texts).correct(None)
 
 
 def test_a_hit_on_the_own_prompt_of_a_pair_labelled_different_is_false() -> None:
     texts = ["make it shorter", "make it longer"]
     different = Pair("make it shorter", "make it longer please", False, "s")
-    assert not _query(different, 0, texts).correct(0)
+    assert not _query(different, texts).correct(0)
 
 
 def test_a_hit_on_an_entry_holding_the_query_s_very_text_is_correct() -> None:
     texts = ["tip in Japan?", "tip in the US?"]
     different = Pair("tip in Japan?", "tip in the US?", False, "s")
-    assert _query(different, 0, texts).correct(1)
-    assert not _query(different, 0, texts).correct(0)
+    assert _query(different, texts).correct(1)
+    assert not _query(different, texts).correct(0)
 
 
 def test_the_authored_kinds_file_is_balanced_and_never_training_data() -> None:
@@ -56,6 +56,6 @@ def test_recall_counts_duplicate_pairs_only_and_precision_counts_every_right_ans
     different = Pair("tip in Japan?", "tip in the US?", False, "s")
     duplicate = Pair("tip in Japan?", "tipping in Japan?", True, "s")
     wrong = Pair("tip in the US?", "tipping in the US, how much?", True, "s")
-    queries = [_query(different, 0, texts), _query(duplicate, 2, texts), _query(wrong, 1, texts)]
+    queries = [_query(different, texts), _query(duplicate, texts), _query(wrong, texts)]
     outcomes = [Outcome(1, 1.0), Outcome(0, 1.0), Outcome(0, 1.0)]
     assert counts(queries, outcomes) == Counts(correct=2, false=1, duplicates=2, recalled=1)
