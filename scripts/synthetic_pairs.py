@@ -458,10 +458,37 @@ def one_detail(text: str, rng: random.Random, pool: list[str]) -> tuple[str, str
     return (edited, "word") if edited and edited != text else None
 
 
+_BEFORE_NOUN = frozenset(_words("the a an of in to from for with by on at than"))
+
+
+def swap_two_words(text: str, rng: random.Random) -> str | None:
+    """Two likely nouns trade places (PAWS's kind of negative: the same words, other
+    roles): words right after a determiner or preposition, or capitalised words past the
+    first, so the result mostly stays grammatical. None when there are fewer than two."""
+    tokens = _tokens(text)
+    words = [i for i, t in enumerate(tokens) if _is_word(t)]
+    spots = [
+        i
+        for k, i in enumerate(words)
+        if tokens[i].lower() not in _STOP
+        and k > 0
+        and (tokens[words[k - 1]].lower() in _BEFORE_NOUN or tokens[i][:1].isupper())
+    ]
+    if len({tokens[i].lower() for i in spots}) < 2:
+        return None
+    for _ in range(8):
+        i, j = sorted(rng.sample(spots, 2))
+        if tokens[i].lower() != tokens[j].lower():
+            tokens[i], tokens[j] = tokens[j], tokens[i]
+            return "".join(tokens)
+    return None
+
+
 def corpus_pairs(
-    rows: list[dict[str, object]], rng: random.Random, per_source: int
+    rows: list[dict[str, object]], rng: random.Random, per_source: int, swaps: bool = False
 ) -> list[SyntheticPair]:
-    """`per_source` pairs of each corpus source, and a one-detail negative per positive."""
+    """`per_source` pairs of each corpus source, and a one-detail negative per positive
+    (with `swaps`, also one with two likely nouns swapped)."""
     by_source: dict[str, list[dict[str, object]]] = {}
     for row in rows:
         by_source.setdefault(str(row["source"]), []).append(row)
@@ -477,4 +504,7 @@ def corpus_pairs(
             made = one_detail(a, rng, pool) if duplicate else None
             if made is not None:
                 out.append(SyntheticPair(made[0], b, False, f"corpus-{made[1]}/{source}", a))
+            swapped = swap_two_words(a, rng) if duplicate and swaps else None
+            if swapped is not None and swapped != a:
+                out.append(SyntheticPair(swapped, b, False, f"corpus-swap/{source}", a))
     return out

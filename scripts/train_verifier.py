@@ -13,7 +13,8 @@ Training data, and only this (see ../shared/data/README.md for the licences):
     (scripts/verifier_seeds.py) and from the training-half texts;
   - only when asked (neither is in the shipped weights): --corpus-pairs, pairs of the
     licence-clean corpora in ../shared/data/train/ with a rule-made one-detail negative per
-    positive; --template-pairs, scripts/verifier_templates.py's grammar of intents.
+    positive (and with --swaps one with two likely nouns swapped); --template-pairs,
+    scripts/verifier_templates.py's grammar of intents.
 
 The verifier threshold is chosen on out-of-fold scores (5 folds) of the training-half
 authored and PAWS pairs, run through the whole default decision, so it is never fitted on
@@ -163,7 +164,8 @@ def build_examples(args: argparse.Namespace, rng: random.Random) -> list[Example
     synthetic += [(s, -1) for s in unrelated_pairs(SEED_PROMPTS, rng, len(SEED_PROMPTS))]
     synthetic += [(s, -1) for s in direction_pairs(rng, args.direction_pairs)]
     if args.corpus_pairs:  # none in the shipped weights (README "Training data ...")
-        synthetic += [(s, -1) for s in corpus_pairs(load_corpora(), rng, args.corpus_pairs)]
+        made = corpus_pairs(load_corpora(), rng, args.corpus_pairs, args.swaps)
+        synthetic += [(s, -1) for s in made]
     if args.template_pairs:
         synthetic += [(s, -1) for s in template_pairs(rng, args.template_pairs)]
     examples += [
@@ -336,6 +338,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--corpus-pairs", type=int, default=0, help="pairs per source of ../shared/data/train/"
+    )
+    parser.add_argument(
+        "--swaps", action="store_true", help="with --corpus-pairs: swapped-noun negatives too"
     )
     parser.add_argument("--threshold", type=float, default=None, help="skip the choice")
     parser.add_argument(

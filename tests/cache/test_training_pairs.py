@@ -13,7 +13,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from synthetic_pairs import corpus_pairs, swap_word  # noqa: E402
+from synthetic_pairs import corpus_pairs, swap_two_words, swap_word  # noqa: E402
 from verifier_templates import INTENTS, template_pairs  # noqa: E402
 
 from cache.normalize import normalize  # noqa: E402
@@ -63,6 +63,43 @@ def test_each_corpus_positive_also_gives_a_one_detail_negative() -> None:
         assert not p.duplicate
         source = next(r for r in rows if r["b"] == p.b)
         assert _word_diff(str(source["a"]), p.a) == 1  # side a edited, b is the corpus text
+
+
+def test_a_noun_swap_keeps_the_words_and_moves_two_likely_nouns() -> None:
+    rng = random.Random(2)
+    text = "What are the names of instructors who teach the database course?"
+    seen = set()
+    for _ in range(20):
+        swapped = swap_two_words(text, rng)
+        assert swapped is not None and swapped != text
+        assert sorted(swapped.split()) == sorted(text.split())
+        moved = {w for w, v in zip(text.split(), swapped.split(), strict=True) if w != v}
+        assert len(moved) == 2
+        assert moved <= {"names", "instructors", "database", "course?"}
+        seen |= moved
+    assert len(seen) >= 3  # not always the same two
+    assert swap_two_words("Laisse-moi te poser quelques questions.", rng) is None
+    assert swap_two_words("What is the time?", rng) is None  # one candidate only
+
+
+def test_swaps_add_a_swapped_negative_per_corpus_positive_only_when_asked() -> None:
+    rows: list[dict[str, object]] = [
+        {
+            "a": f"Show the names of the employees in office {i}.",
+            "b": "x",
+            "duplicate": True,
+            "source": "toy/pos",
+        }
+        for i in range(5)
+    ]
+    plain = corpus_pairs(rows, random.Random(1), per_source=5)
+    swapped = corpus_pairs(rows, random.Random(1), per_source=5, swaps=True)
+    assert not [p for p in plain if p.kind.startswith("corpus-swap/")]
+    made = [p for p in swapped if p.kind.startswith("corpus-swap/")]
+    assert len(made) == 5
+    for p in made:
+        assert not p.duplicate and p.a != p.group
+        assert sorted(p.a.split()) == sorted(p.group.split())  # the same words, moved
 
 
 def test_the_grammar_is_deterministic_balanced_and_covers_every_category() -> None:
