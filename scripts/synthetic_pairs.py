@@ -484,11 +484,35 @@ def swap_two_words(text: str, rng: random.Random) -> str | None:
     return None
 
 
+# Another question about the same thing: the asking word, or whose it is.
+_ASKING = _table([("how", "why", "where", "when"), ("what", "why")])
+_WHOSE = _table([("my", "your"), ("our", "their"), ("mine", "yours")])
+
+
+def change_question(text: str, rng: random.Random) -> str | None:
+    """The same words asking another question: one asking word (how / why / where ...) or
+    one possessive (my / your ...) replaced; None when the text has neither."""
+    tokens = _tokens(text)
+    spots = [i for i, t in enumerate(tokens) if t.lower() in _ASKING or t.lower() in _WHOSE]
+    if not spots:
+        return None
+    i = rng.choice(spots)
+    word = tokens[i].lower()
+    other = rng.choice(_ASKING.get(word) or _WHOSE[word])
+    tokens[i] = _match_case(tokens[i], other)
+    return "".join(tokens)
+
+
 def corpus_pairs(
-    rows: list[dict[str, object]], rng: random.Random, per_source: int, swaps: bool = False
+    rows: list[dict[str, object]],
+    rng: random.Random,
+    per_source: int,
+    swaps: bool = False,
+    questions: bool = False,
 ) -> list[SyntheticPair]:
     """`per_source` pairs of each corpus source, and a one-detail negative per positive
-    (with `swaps`, also one with two likely nouns swapped)."""
+    (with `swaps`, also one with two likely nouns swapped; with `questions`, one asking
+    another question: `change_question`)."""
     by_source: dict[str, list[dict[str, object]]] = {}
     for row in rows:
         by_source.setdefault(str(row["source"]), []).append(row)
@@ -507,4 +531,7 @@ def corpus_pairs(
             swapped = swap_two_words(a, rng) if duplicate and swaps else None
             if swapped is not None and swapped != a:
                 out.append(SyntheticPair(swapped, b, False, f"corpus-swap/{source}", a))
+            asked = change_question(a, rng) if duplicate and questions else None
+            if asked is not None and asked != a:
+                out.append(SyntheticPair(asked, b, False, f"corpus-question/{source}", a))
     return out

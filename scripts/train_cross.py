@@ -8,7 +8,8 @@ Training data: what scripts/train_verifier.py's `build_examples` makes (the trai
 of prompt-pairs-dev and of the PAWS pairs, synthetic pairs from our seeds), plus
 `--corpus-pairs` per source of ../shared/data/train/ with a rule-made one-detail negative
 per positive (and with `--swaps` one with two likely nouns swapped, PAWS's kind of
-negative), plus `--template-pairs` per intent of scripts/verifier_templates.py. Never QQP,
+negative; with `--questions` one asking another question), plus `--template-pairs` per
+intent of scripts/verifier_templates.py. Never QQP,
 never bench/pairs/authored-kinds.jsonl. Fold 0 of the authored and PAWS training pairs is
 kept out as the validation set.
 
@@ -203,12 +204,16 @@ def main() -> None:
     parser.add_argument("--input-layer", type=int, default=6, choices=range(1, 7))
     parser.add_argument("--corpus-pairs", type=int, default=3000)
     parser.add_argument("--swaps", action="store_true", help="swapped-noun corpus negatives")
+    parser.add_argument("--questions", action="store_true", help="other-question negatives")
     parser.add_argument("--template-pairs", type=int, default=0)
     parser.add_argument("--per-seed", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--embed-cache", type=Path, default=None, help="pickle, kept")
     parser.add_argument("--states-cache", type=Path, default=None, help="pickle, kept")
     parser.add_argument("--out", type=Path, default=Path("cross.safetensors"))
+    parser.add_argument(
+        "--threshold", type=float, default=0.98, help="stored with the weights, not chosen"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -222,6 +227,7 @@ def main() -> None:
         corpus_pairs=args.corpus_pairs,
         template_pairs=args.template_pairs,
         swaps=args.swaps,
+        questions=args.questions,
     )
     examples = build_examples(data_args, random.Random(args.seed))  # noqa: S311
     valid = [e for e in examples if e.fold == 0 and e.kind in ("authored", "paws")]
@@ -262,7 +268,8 @@ def main() -> None:
         result[name] = measured(
             [p.a for p in pairs], [p.b for p in pairs], [float(p.duplicate) for p in pairs]
         )
-    save(model, 0.98, {"train_s": round(train_s), "input_layer": args.input_layer}, args.out)
+    info = {"train_s": round(train_s), "input_layer": args.input_layer, "seed": args.seed}
+    save(model, args.threshold, info, args.out)
     print(json.dumps(result, default=str))
 
 

@@ -13,7 +13,8 @@ Training data, and only this (see ../shared/data/README.md for the licences):
     (scripts/verifier_seeds.py) and from the training-half texts;
   - only when asked (neither is in the shipped weights): --corpus-pairs, pairs of the
     licence-clean corpora in ../shared/data/train/ with a rule-made one-detail negative per
-    positive (and with --swaps one with two likely nouns swapped); --template-pairs,
+    positive (and with --swaps one with two likely nouns swapped, with --questions one
+    asking another question); --template-pairs,
     scripts/verifier_templates.py's grammar of intents.
 
 The verifier threshold is chosen on out-of-fold scores (5 folds) of the training-half
@@ -164,7 +165,7 @@ def build_examples(args: argparse.Namespace, rng: random.Random) -> list[Example
     synthetic += [(s, -1) for s in unrelated_pairs(SEED_PROMPTS, rng, len(SEED_PROMPTS))]
     synthetic += [(s, -1) for s in direction_pairs(rng, args.direction_pairs)]
     if args.corpus_pairs:  # none in the shipped weights (README "Training data ...")
-        made = corpus_pairs(load_corpora(), rng, args.corpus_pairs, args.swaps)
+        made = corpus_pairs(load_corpora(), rng, args.corpus_pairs, args.swaps, args.questions)
         synthetic += [(s, -1) for s in made]
     if args.template_pairs:
         synthetic += [(s, -1) for s in template_pairs(rng, args.template_pairs)]
@@ -341,6 +342,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--swaps", action="store_true", help="with --corpus-pairs: swapped-noun negatives too"
+    )
+    parser.add_argument(
+        "--questions", action="store_true", help="with --corpus-pairs: another question too"
     )
     parser.add_argument("--threshold", type=float, default=None, help="skip the choice")
     parser.add_argument(

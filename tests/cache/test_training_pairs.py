@@ -13,7 +13,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from synthetic_pairs import corpus_pairs, swap_two_words, swap_word  # noqa: E402
+from synthetic_pairs import change_question, corpus_pairs, swap_two_words, swap_word  # noqa: E402
 from verifier_templates import INTENTS, template_pairs  # noqa: E402
 
 from cache.normalize import normalize  # noqa: E402
@@ -80,6 +80,20 @@ def test_a_noun_swap_keeps_the_words_and_moves_two_likely_nouns() -> None:
     assert len(seen) >= 3  # not always the same two
     assert swap_two_words("Laisse-moi te poser quelques questions.", rng) is None
     assert swap_two_words("What is the time?", rng) is None  # one candidate only
+
+
+def test_another_question_changes_the_asking_word_or_whose_it_is() -> None:
+    rng = random.Random(4)
+    made = {change_question("How do I renew my passport?", rng) for _ in range(30)}
+    assert "How do I renew my passport?" not in made
+    assert "Why do I renew my passport?" in made  # the asking word
+    assert "How do I renew your passport?" in made  # whose
+    for text in made:
+        assert text is not None and _word_diff("How do I renew my passport?", text) == 1
+    assert change_question("What is the capital of France?", rng) == (
+        "Why is the capital of France?"
+    )
+    assert change_question("List the employees in office 3.", rng) is None
 
 
 def test_swaps_add_a_swapped_negative_per_corpus_positive_only_when_asked() -> None:
