@@ -9,9 +9,8 @@ of prompt-pairs-dev and of the PAWS pairs, synthetic pairs from our seeds), plus
 `--corpus-pairs` per source of ../shared/data/train/ with a rule-made one-detail negative
 per positive (and with `--swaps` one with two likely nouns swapped, PAWS's kind of
 negative; with `--questions` one asking another question), plus `--template-pairs` per
-intent of scripts/verifier_templates.py. Never QQP,
-never bench/pairs/authored-kinds.jsonl. Fold 0 of the authored and PAWS training pairs is
-kept out as the validation set.
+intent of scripts/verifier_templates.py. Never QQP, never bench/pairs/authored-kinds.jsonl.
+Fold 0 of the authored and PAWS training pairs is kept out as the validation set.
 
 What the model reads (`--input-layer`): 6, the last-layer token vectors the cache stores
 today (from the gateway's default embedder, as cache entries have them); or 4, the
@@ -21,7 +20,7 @@ layers were trained to read, but which the embedder does not keep yet.
 Prints one JSON object: per threshold, precision / recall / false hits of the model alone
 (pairs under the 0.80 cosine floor are misses, as in the gateway) on the validation set and
 on sets no training step read: the held-out halves of prompt-pairs-dev and PAWS, all QQP
-pairs, all of authored-kinds. Saves the float16 weights (`--out`) and each set's scores.
+pairs, all of authored-kinds. Saves the float16 weights (`--out`), whose scores those are.
 """
 
 from __future__ import annotations
