@@ -513,6 +513,8 @@ def corpus_pairs(
     """`per_source` pairs of each corpus source, and a one-detail negative per positive
     (with `swaps`, also one with two likely nouns swapped; with `questions`, one asking
     another question: `change_question`)."""
+    extras = [("swap", swap_two_words)] if swaps else []
+    extras += [("question", change_question)] if questions else []
     by_source: dict[str, list[dict[str, object]]] = {}
     for row in rows:
         by_source.setdefault(str(row["source"]), []).append(row)
@@ -528,10 +530,8 @@ def corpus_pairs(
             made = one_detail(a, rng, pool) if duplicate else None
             if made is not None:
                 out.append(SyntheticPair(made[0], b, False, f"corpus-{made[1]}/{source}", a))
-            swapped = swap_two_words(a, rng) if duplicate and swaps else None
-            if swapped is not None and swapped != a:
-                out.append(SyntheticPair(swapped, b, False, f"corpus-swap/{source}", a))
-            asked = change_question(a, rng) if duplicate and questions else None
-            if asked is not None and asked != a:
-                out.append(SyntheticPair(asked, b, False, f"corpus-question/{source}", a))
+            for name, edit in extras if duplicate else ():
+                edited = edit(a, rng)
+                if edited is not None and edited != a:
+                    out.append(SyntheticPair(edited, b, False, f"corpus-{name}/{source}", a))
     return out

@@ -45,7 +45,13 @@ for folder in (ROOT, ROOT / "scripts"):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from cross_model import Cross, Side, round_to_half, save, torch_batch  # noqa: E402
-from train_verifier import Example, build_examples, embed_cached, log  # noqa: E402
+from train_verifier import (  # noqa: E402
+    Example,
+    build_examples,
+    embed_cached,
+    log,
+    precision_recall_table,
+)
 
 from bench.pair_data import (  # noqa: E402
     AUTHORED_KINDS,
@@ -174,19 +180,8 @@ def scores(model: Cross, pairs: list[tuple[Side, Side]]) -> np.ndarray:
 
 
 def curve(score: np.ndarray, label: np.ndarray, cosine: np.ndarray) -> list[dict[str, float]]:
-    rows = []
-    for t in THRESHOLDS:
-        hit = (score >= t) & (cosine >= FLOOR)
-        tp = float((hit & (label == 1)).sum())
-        rows.append(
-            {
-                "threshold": t,
-                "precision": round(tp / max(hit.sum(), 1), 3),
-                "recall": round(tp / max((label == 1).sum(), 1), 3),
-                "false_hits": int((hit & (label == 0)).sum()),
-            }
-        )
-    return rows
+    """Per threshold, as the gateway would see it: a pair under the floor is never a hit."""
+    return precision_recall_table(np.where(cosine >= FLOOR, score, 0.0), label, THRESHOLDS)
 
 
 def main() -> None:

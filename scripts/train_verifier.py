@@ -267,9 +267,13 @@ def predict(
     return np.asarray(out)
 
 
-def precision_recall_table(scores: np.ndarray, labels: np.ndarray) -> list[dict[str, float]]:
+def precision_recall_table(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    thresholds: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99),
+) -> list[dict[str, float]]:
     rows = []
-    for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99):
+    for t in thresholds:
         hit = scores >= t
         tp = float((hit & (labels == 1)).sum())
         rows.append(
