@@ -11,6 +11,10 @@ from starlette.types import Scope
 
 from gateway.errors import BadRequest, BodyTooLarge, RequestTimeout
 
+# Set in the scope by the server (gateway.server) once the whole body is buffered: the
+# read cannot wait then, and skips its timeout (about 2% of a proxied request's CPU).
+BODY_RECEIVED = "gateway.body_received"
+
 
 def header_map(scope: Scope) -> dict[str, str]:
     """The request's headers as a plain dict, built once: lower-case names, the first of
@@ -33,6 +37,8 @@ class BodyReader:
             raise BodyTooLarge(f"The request body exceeds {self._max} bytes.")
 
     async def read(self, request: Request) -> bytes:
+        if request.scope.get(BODY_RECEIVED):
+            return await self._receive(request)
         try:
             async with asyncio.timeout(self._timeout_s):
                 return await self._receive(request)

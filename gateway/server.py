@@ -15,6 +15,7 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.accesslog import configure_logging
+from gateway.body import BODY_RECEIVED
 from gateway.disconnect import SERVER_CANCELS, cancel_on_disconnect
 
 if TYPE_CHECKING:
@@ -97,9 +98,10 @@ HEADERS_TIMEOUT_S = 10.0
 
 class HeadersDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, closing connections whose headers do not arrive in
-    time (idle connections between requests are uvicorn's keep-alive timeout's), and
+    time (idle connections between requests are uvicorn's keep-alive timeout's),
     cancelling a request whose client left before its answer began
-    (`gateway.disconnect`)."""
+    (`gateway.disconnect`), and saying in the scope when a request's whole body has
+    arrived (`BODY_RECEIVED`: reading it then needs no timeout, `gateway.body`)."""
 
     _headers_timer: asyncio.TimerHandle | None = None
 
@@ -117,6 +119,12 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
         if self.cycle is not None:
             scope: dict[str, Any] = self.cycle.scope  # type: ignore[assignment]
             scope[SERVER_CANCELS] = True  # no watcher task per request needed
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if self.cycle is not None:
+            scope: dict[str, Any] = self.cycle.scope  # type: ignore[assignment]
+            scope[BODY_RECEIVED] = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
