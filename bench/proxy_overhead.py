@@ -26,6 +26,9 @@ against the skeleton, measured in the same run with the same load:
 
     throughput_skeleton_rps, skeleton_cpu_ms_per_req (its CPU time per request)
     throughput_ratio_vs_skeleton                 gateway req/s / skeleton req/s
+    throughput_ratio_vs_skeleton_round_min, _max the lowest and highest of the same ratio
+                                                 per pair of rounds (gateway, then skeleton):
+                                                 this machine's noise, in the ratio's terms
     cpu_ms_per_req_vs_skeleton                   gateway CPU ms/req / skeleton CPU ms/req
 
 and, to judge the numbers: latency_{direct,gateway,skeleton}_p50_ms / _p99_ms;
@@ -115,8 +118,10 @@ class Series:
     first_error: str | None = None
     loadgen_cpu_s: float = 0.0
     server_cpu_s: float = 0.0  # the proxy's CPU time, for gateway and skeleton rounds
+    round_rps: list[float] = field(default_factory=list)  # each measured round's req/s
 
     def add(self, result: RoundResult, server_cpu_s: float) -> None:
+        self.round_rps.append(result.rps)
         self.latencies_ms.extend(result.latencies_ms)
         self.first_byte_ms.extend(result.first_byte_ms)
         self.completed += result.completed
@@ -277,6 +282,10 @@ class Bench:
         emit("throughput_skeleton_rps", round(skeleton.rps, 1), "req/s", **params)
         ratio = gateway.rps / skeleton.rps if skeleton.rps else float("nan")
         emit("throughput_ratio_vs_skeleton", round(ratio, 3), "ratio", **params)
+        spread = round_ratios(gateway.round_rps, skeleton.round_rps)
+        if spread:
+            emit("throughput_ratio_vs_skeleton_round_min", round(spread[0], 3), "ratio", **params)
+            emit("throughput_ratio_vs_skeleton_round_max", round(spread[-1], 3), "ratio", **params)
         if gateway.completed:
             per_request = gateway.server_cpu_s / gateway.completed * 1000.0
             emit("gateway_cpu_ms_per_req", round(per_request, 3), "ms", **params)
@@ -298,6 +307,12 @@ class Bench:
             if series.errors:
                 self.failed = True
                 progress(f"{name}: {series.errors} failed requests, first: {series.first_error}")
+
+
+def round_ratios(gateway: list[float], skeleton: list[float]) -> list[float]:
+    """Gateway req/s over the skeleton's in each pair of rounds run one after the other,
+    sorted: how far the machine's noise moves the pooled ratio."""
+    return sorted(g / s for g, s in zip(gateway, skeleton, strict=True) if s > 0)
 
 
 def _pid(server: ServerProcess) -> int:
