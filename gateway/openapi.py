@@ -1,6 +1,9 @@
 """The OpenAPI 3.1 document served at `/openapi.json`: the OpenAI routes the gateway
 serves and the admin API, with schemas generated from the same pydantic models that
-validate the bodies (gateway/openai_schema.py, gateway/admin/models.py)."""
+validate the bodies (gateway/openai_schema.py, gateway/admin/models.py).
+
+Over 400 lines: most of it is the document's own text (a description per route and per
+error status), which reads best in one place, in the order the document lists it."""
 
 from __future__ import annotations
 

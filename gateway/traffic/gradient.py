@@ -71,6 +71,10 @@ From Envoy's adaptive concurrency filter, gradient controller
     is right. Halving until latency stops falling keeps that safe when the limit is wrong,
     and "cut without relief" replaces "at the minimum", which the sqrt headroom keeps a
     stale baseline's limit above. Two latency kinds with their own baselines are new.
+
+Over 400 lines: the limiter and its small helpers (per-kind latency windows, the
+measurement at a pin, the watch on cuts) are one state machine; apart, each would need the
+others' state passed in and out on every update.
 """
 
 from __future__ import annotations
