@@ -116,15 +116,17 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
-        if self.cycle is not None:
-            scope: dict[str, Any] = self.cycle.scope  # type: ignore[assignment]
-            scope[SERVER_CANCELS] = True  # no watcher task per request needed
+        self._mark(SERVER_CANCELS)  # no watcher task per request needed
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._mark(BODY_RECEIVED)
+
+    def _mark(self, flag: str) -> None:
+        """Sets `flag` in the scope of the request being parsed, for the app to read."""
         if self.cycle is not None:
             scope: dict[str, Any] = self.cycle.scope  # type: ignore[assignment]
-            scope[BODY_RECEIVED] = True
+            scope[flag] = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
