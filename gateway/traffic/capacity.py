@@ -112,7 +112,13 @@ class EngineLimiter:
         queueing = self._queueing(sample, now) or (waiting > 0 and kv_full)
         if queueing:
             self.saturated_once = True
-            if running + waiting > 0:  # else it emptied since: nothing to share, hold
+            # Hold when the engine emptied since (nothing to share), or when this gateway
+            # sends it nothing: the queue is another gateway's, or what an aborted burst
+            # left, and a share of 0 would be a limit of 1 to slow-start from when its own
+            # traffic comes (bench/capacity.py: a gateway idle while another drove the
+            # engine into its queue met its next load at 3 in flight and refused batch
+            # requests for ten seconds).
+            if running + waiting > 0 and in_flight > 0:
                 share = in_flight * running / (running + waiting)
                 self.limit = self._clamp(min(self.limit, share))
         elif kv_full:
@@ -209,6 +215,7 @@ class ReplicaCapacity:
             self._engine = EngineLimiter(
                 self.limit, config.min_limit, config.ceiling, config.kv_high
             )
+        self.steady_limit = self.limit  # the limit without a latency measurement's pin
         self.sample: EngineSample | None = None
         self._engine_limit: float | None = None
         self._expected_tokens = 0.0  # mean prompt + max_tokens of recent requests
@@ -249,13 +256,17 @@ class ReplicaCapacity:
                 candidates.append(self._engine_limit)
         else:
             self._engine_limit = None  # no metrics this tick: latency alone
+        resting = list(candidates)
         if self._gradient is not None:
             candidates.append(self._gradient.update(now, in_flight))
+            resting.append(self._gradient.resting_limit)
         if candidates:
-            self.limit = max(
-                self.config.min_limit, min(self.config.ceiling, math.floor(min(candidates)))
-            )
+            self.limit = self._whole(min(candidates))
+            self.steady_limit = max(self.limit, self._whole(min(resting)))
         return self.limit
+
+    def _whole(self, limit: float) -> int:
+        return max(self.config.min_limit, min(self.config.ceiling, math.floor(limit)))
 
     @property
     def step_s(self) -> float | None:

@@ -97,6 +97,7 @@ class Pool:
         self.manager: ColdStartManager | None = None
         self._cold_start_s = 0.0
         self._capacity = -1  # what the scheduler was last told
+        self._steady = -1  # and the limit without measurement pins (set_capacity's steady)
 
     def attach(self, manager: ColdStartManager) -> None:
         """Scales from zero: replicas come and go as `manager` starts and stops them."""
@@ -215,10 +216,11 @@ class Pool:
     def _resize(self) -> None:
         handles = self.replicas.handles.values()
         total = sum(h.capacity.limit for h in handles)
-        if total != self._capacity:
-            self._capacity = total
+        steady = sum(h.capacity.steady_limit for h in handles)
+        if (total, steady) != (self._capacity, self._steady):
+            self._capacity, self._steady = total, steady
             ceiling = sum(h.capacity.ceiling for h in handles)
-            self.scheduler.set_capacity(total, self._cold_start_s, ceiling)
+            self.scheduler.set_capacity(total, self._cold_start_s, ceiling, steady=steady)
 
     @property
     def at_zero(self) -> bool:

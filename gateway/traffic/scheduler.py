@@ -236,11 +236,16 @@ _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not f
 # first in line, still waited for a request to finish (bench/capacity.py, 5x: interactive
 # time to first token p99 8x its unloaded value with a fixed limit, ~12x learned).
 RESERVED_SHARE = 0.1
-# Admission counts on the lowest limit of this many seconds (a learned limit moves: a cut
-# when the engine queues, a pin at half while its latency baseline is measured), re-checks
-# on the highest. Both on the current limit, every swing down turned the requests admitted
-# at the top into late refusals: bench/capacity.py at 5x, adaptive limits, about a fifth
-# of the noisy tenant's refusals came 1 to 4 s after arrival, not at once.
+# Admission counts on the lowest limit a cut set in this many seconds (a learned limit
+# swings down when the engine queues), re-checks on the highest. Both on the current limit,
+# every swing down turned the requests admitted at the top into late refusals:
+# bench/capacity.py at 5x, adaptive limits, about a fifth of the noisy tenant's refusals
+# came 1 to 4 s after arrival, not at once. Only cuts: the lower limits a learned limit
+# grew from are no risk, and counted too, a gateway whose limit had just grown from 8 to 26
+# took its interactive traffic (9 slots) for all of 8 and refused batch requests with
+# nothing queued for ten seconds after every start (bench/capacity.py --quick, load 1,
+# adaptive-metrics: 9% refused). Nor the pins of a latency measurement (`set_capacity`'s
+# `steady`): they end by design.
 LIMIT_MEMORY_S = 10.0
 # Waiters are checked again at once when the limit moves or an arrival goes before some
 # of them; after a release, or an arrival that goes behind everyone, at most this often. A
@@ -378,8 +383,10 @@ class FairScheduler:
         if not 0 < admit_fraction <= 1:
             raise ValueError("admit_fraction must be in (0, 1]")
         self._max = max_concurrency
+        self._steady = max_concurrency  # `set_capacity`
         self._ceiling = max_concurrency
-        self._limits: deque[tuple[float, int]] = deque()  # (since, limit), none while 0
+        # (since, steady limit, whether it was a cut), none while 0: `_limit_bounds`
+        self._limits: deque[tuple[float, int, bool]] = deque()
         self._bounds = (max_concurrency, max_concurrency)  # `_limit_bounds`
         self._bounds_until = -math.inf
         self._remember_limit(clock())
@@ -410,11 +417,20 @@ class FairScheduler:
         return self._service.mean_s
 
     def set_capacity(
-        self, max_concurrency: int, cold_start_s: float = 0.0, ceiling: int | None = None
+        self,
+        max_concurrency: int,
+        cold_start_s: float = 0.0,
+        ceiling: int | None = None,
+        *,
+        steady: int | None = None,
     ) -> None:
         """Replicas came or went, or their limits moved: dispatch at most `max_concurrency`
         at once from now on; the top class may go above it up to `ceiling` (default: no
         higher) by its burst allowance (`_may_dispatch`).
+
+        `steady`: where the limit is held low for a moment by design (a latency baseline
+        measured at a pin), the limit it returns to; the memory of recent limits that
+        admission counts on (LIMIT_MEMORY_S) keeps that, not the pin. Default: the limit.
 
         0 means no replica is ready (a cold start is under way): requests wait, held in
         the queue, and `cold_start_s` estimates when capacity appears. Raising it releases
@@ -423,6 +439,7 @@ class FairScheduler:
         if max_concurrency < 0:
             raise ValueError("max_concurrency must be >= 0")
         self._max = max_concurrency
+        self._steady = max_concurrency if steady is None else max(steady, max_concurrency)
         self._ceiling = max_concurrency if ceiling is None else max(ceiling, max_concurrency)
         self._remember_limit(self._clock())
         self._cold_start_s = cold_start_s
@@ -557,12 +574,14 @@ class FairScheduler:
         if self._max == 0:  # held for a cold start: what the replicas will take is new
             self._limits.clear()
         else:
-            self._limits.append((now, self._max))
+            cut = bool(self._limits) and self._steady < self._limits[-1][1]
+            self._limits.append((now, self._steady, cut))
         self._bounds_until = -math.inf
         self._limit_bounds(now)  # forget what is older, so the record stays short
 
     def _limit_floor(self, now: float) -> int:
-        """The lowest limit in force over the last LIMIT_MEMORY_S seconds."""
+        """The lowest limit a cut set over the last LIMIT_MEMORY_S seconds, or the limit
+        now if lower."""
         return self._limit_bounds(now)[0]
 
     def _limit_peak(self, now: float) -> int:
@@ -570,15 +589,17 @@ class FairScheduler:
         return self._limit_bounds(now)[1]
 
     def _limit_bounds(self, now: float) -> tuple[int, int]:
-        """(lowest, highest) limit of the last LIMIT_MEMORY_S seconds. Read several times
-        per queued request, they change only when the limit does or an old limit leaves
-        the window: kept until then, instead of rebuilt from the record at every read."""
+        """(lowest set by a cut, highest) steady limit of the last LIMIT_MEMORY_S seconds.
+        Read several times per queued request, they change only when the limit does or an
+        old limit leaves the window: kept until then, instead of rebuilt from the record at
+        every read."""
         if now >= self._bounds_until:
             horizon = now - LIMIT_MEMORY_S
             while len(self._limits) > 1 and self._limits[1][0] <= horizon:
                 self._limits.popleft()  # [0] stays: the limit in force at the horizon
-            limits = [limit for _, limit in self._limits] or [self._max]
-            self._bounds = (min(limits), max(limits))
+            limits = [limit for _, limit, _ in self._limits] or [self._max]
+            cuts = [limit for _, limit, cut in self._limits if cut]
+            self._bounds = (min([limits[-1], *cuts]), max(limits))
             # Valid until the oldest remembered change leaves the window.
             later = len(self._limits) > 1
             self._bounds_until = self._limits[1][0] + LIMIT_MEMORY_S if later else math.inf

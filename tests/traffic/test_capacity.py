@@ -60,6 +60,19 @@ def test_several_gateways_sharing_an_engine_each_take_their_share() -> None:
     assert sum(limit or 0 for limit in limits) == pytest.approx(60)
 
 
+def test_a_gateway_that_sends_nothing_keeps_its_limit_while_another_fills_the_engine() -> None:
+    """The engine queues another gateway's requests (or an aborted burst's): this one, with
+    nothing in flight, has no share to take; cut to it, it would meet its own traffic at a
+    limit of 1. It still learns that the engine saturates (careful growth from then on)."""
+    limiter = engine(initial=20)
+    sample = EngineSample(running=60, waiting=60)
+    for _ in range(QUEUED_TICKS + 2):
+        assert limiter.update(sample, 0, 0, 0.0) == 20
+    assert limiter.saturated_once
+    cut = limiter.update(sample, 10, 0, 0.0)  # its own requests among them: its share
+    assert cut == pytest.approx(5)
+
+
 def test_a_full_kv_cache_holds_the_limit_and_with_a_queue_cuts_it_at_once() -> None:
     limiter = engine(initial=50)
     assert limiter.update(EngineSample(running=50, waiting=0, kv_usage=0.97), 50, 0, 0.0) == 50
@@ -131,6 +144,20 @@ def test_limits_stay_within_min_and_ceiling() -> None:
 def capacity(engine_name: str = "vllm", initial: int = 8) -> ReplicaCapacity:
     config = CapacityConfig("adaptive", 256, initial, 1, "vllm" if engine_name else "none")
     return ReplicaCapacity(config, GradientLimiter(initial, min_limit=1, max_limit=256))
+
+
+def test_a_latency_measurement_pins_the_limit_but_not_the_steady_limit() -> None:
+    """The latency limiter measures its baseline at half the limit at start: the limit to
+    dispatch against is the pin; the steady limit (what admission remembers, see
+    FairScheduler.set_capacity) is the one the measurement returns to."""
+    replica = capacity(engine_name="", initial=40)
+    replica.update(0.25, 10, None)
+    assert replica.limit == 20
+    assert replica.steady_limit == 40
+    with_engine = capacity(initial=40)
+    for tick in range(1, QUEUED_TICKS + 1):  # the engine queues: a real cut, to 30
+        with_engine.update(0.25 * tick, 40, EngineSample(running=30, waiting=10))
+    assert (with_engine.limit, with_engine.steady_limit) == (20, 30)
 
 
 def test_with_both_signals_the_lower_limit_wins() -> None:
