@@ -116,6 +116,7 @@ each change >= 0.85 of the new capacity from 10 s on, and load 1's token through
     python bench/capacity.py            # about 13 minutes (from the phase lengths)
     python bench/capacity.py --quick    # the same modes, loads and change, under 3 minutes
     python bench/capacity.py --records DIR   # also each phase's raw records, as JSON
+    python bench/capacity.py --capacity-rps 30   # no search: the same loads run to run
 
 Quick windows hold a few dozen interactive requests: their p99s are nearly maxima, and the
 capacity found moves between runs; the full run's are the figures to quote. JSON lines
@@ -586,9 +587,13 @@ class Bench:
         loadgen: CapacityLoadGenerator,
         engine: Engine,
         records_dir: Path | None = None,
+        capacity_rps: float | None = None,
     ) -> None:
         self.plan = plan
         self.records_dir = records_dir  # each phase's raw records, as JSON, when set
+        # Set (--capacity-rps): the normal engine's capacity, not searched (a changed
+        # engine's in proportion to its bound), so two runs offer the same loads.
+        self.capacity_rps = capacity_rps
         self.phases = 0
         self.loadgen = loadgen
         self.engine = engine
@@ -673,7 +678,10 @@ class Bench:
         self.report_probe(state, light, "unloaded", baseline)
         low, high = SEARCH[0] * bound, SEARCH[1] * bound
         best: Probe | None = None
-        for _ in range(plan.search_steps):
+        steps = plan.search_steps
+        if self.capacity_rps is not None:  # given: its probe stands, passed or not
+            low, steps = self.capacity_rps * bound / bound_rps(ENGINE), 0
+        for _ in range(steps):
             rate = (low + high) / 2
             probe = self.probe(state, rate, SEEDS[FULL], plan.warm_s, plan.measure_s)
             probe.passed = probe.ttft_p99_ms <= 2 * baseline and probe.keep_up >= KEEP_UP
@@ -682,9 +690,9 @@ class Bench:
                 best, low = probe, probe.rate
             else:
                 high = probe.rate
-        if best is None:  # nothing passed: the bracket's floor stands for the capacity
+        if best is None:  # nothing passed (or given): the bracket's floor stands
             best = self.probe(state, low, SEEDS[FULL], plan.warm_s, plan.measure_s)
-            self.report_probe(state, best, "floor", baseline)
+            self.report_probe(state, best, "floor" if steps else "given", baseline)
         capacity = Capacity(state, best.rate, baseline, best)
         self.capacity[state] = capacity
         emit(
@@ -1106,6 +1114,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short phases, under 3 minutes")
     parser.add_argument("--records", type=Path, help="write each phase's raw records here")
     parser.add_argument(
+        "--capacity-rps",
+        type=float,
+        help="take this as the engine's capacity instead of searching for it (a search "
+        "lands on different rates run to run: for comparing two versions of the gateway "
+        "at the same offered loads)",
+    )
+    parser.add_argument(
         "--modes",
         default=",".join(MODES),
         help="comma-separated subset of the modes to run (default: all), for a quicker look",
@@ -1124,7 +1139,8 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"engine {engine.url}: {' '.join(engine_command(0)[5:])}")
             if args.records is not None:
                 args.records.mkdir(parents=True, exist_ok=True)
-            bench = Bench(QUICK_PLAN if args.quick else FULL_PLAN, loadgen, engine, args.records)
+            plan = QUICK_PLAN if args.quick else FULL_PLAN
+            bench = Bench(plan, loadgen, engine, args.records, args.capacity_rps)
             modes = tuple(m for m in MODES if m in args.modes.split(","))
             if not modes:
                 parser.error(f"--modes: none of {args.modes!r} is one of {', '.join(MODES)}")

@@ -215,7 +215,7 @@ class ReplicaCapacity:
             self._engine = EngineLimiter(
                 self.limit, config.min_limit, config.ceiling, config.kv_high
             )
-        self.steady_limit = self.limit  # the limit without a latency measurement's pin
+        self._latency_step_s: float | None = None  # `step_s`
         self.sample: EngineSample | None = None
         self._engine_limit: float | None = None
         self._expected_tokens = 0.0  # mean prompt + max_tokens of recent requests
@@ -256,17 +256,24 @@ class ReplicaCapacity:
                 candidates.append(self._engine_limit)
         else:
             self._engine_limit = None  # no metrics this tick: latency alone
-        resting = list(candidates)
         if self._gradient is not None:
             candidates.append(self._gradient.update(now, in_flight))
-            resting.append(self._gradient.resting_limit)
+            self._remember_step(self._gradient)
         if candidates:
-            self.limit = self._whole(min(candidates))
-            self.steady_limit = max(self.limit, self._whole(min(resting)))
+            self.limit = max(
+                self.config.min_limit, min(self.config.ceiling, math.floor(min(candidates)))
+            )
         return self.limit
 
-    def _whole(self, limit: float) -> int:
-        return max(self.config.min_limit, min(self.config.ceiling, math.floor(limit)))
+    def _remember_step(self, gradient: GradientLimiter) -> None:
+        """The latency per output token as the step time, the last one known: a latency
+        measurement clears the recent samples, and with no step time pacing was off just
+        when the limit came back from the measurement's pin, and dozens of batch prompts
+        went at once (bench/capacity.py --quick, adaptive-latency, after the step-time
+        change: interactive requests refused)."""
+        kind = gradient.snapshot().kinds.get("per_token")
+        if kind is not None and kind.recent is not None:
+            self._latency_step_s = kind.recent
 
     @property
     def step_s(self) -> float | None:
@@ -277,10 +284,7 @@ class ReplicaCapacity:
             return None
         if self._engine is not None and self._engine.step_s is not None:
             return self._engine.step_s
-        if self._gradient is not None:
-            kind = self._gradient.snapshot().kinds.get("per_token")
-            return kind.recent if kind is not None else None
-        return None
+        return self._latency_step_s
 
     def headroom(self, in_flight: int) -> float:
         """How much more this replica can take: its limit less what is on it and what its

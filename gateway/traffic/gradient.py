@@ -322,12 +322,6 @@ class GradientLimiter:
         """The limit to admit against; the pin while measuring the baseline."""
         return self._measuring.pin if self._measuring is not None else self._limit
 
-    @property
-    def resting_limit(self) -> float:
-        """The limit without the pin: what a measurement under way returns to (at most;
-        `_accept`), else the limit."""
-        return self._measuring.deferred if self._measuring is not None else self._limit
-
     def observe(self, kind: LatencyKind, seconds: float, now: float) -> None:
         """One latency sample; negative, zero, NaN and infinite ones are ignored."""
         if not (math.isfinite(seconds) and seconds > 0 and math.isfinite(now)):

@@ -97,7 +97,6 @@ class Pool:
         self.manager: ColdStartManager | None = None
         self._cold_start_s = 0.0
         self._capacity = -1  # what the scheduler was last told
-        self._steady = -1  # and the limit without measurement pins (set_capacity's steady)
 
     def attach(self, manager: ColdStartManager) -> None:
         """Scales from zero: replicas come and go as `manager` starts and stops them."""
@@ -216,11 +215,10 @@ class Pool:
     def _resize(self) -> None:
         handles = self.replicas.handles.values()
         total = sum(h.capacity.limit for h in handles)
-        steady = sum(h.capacity.steady_limit for h in handles)
-        if (total, steady) != (self._capacity, self._steady):
-            self._capacity, self._steady = total, steady
+        if total != self._capacity:
+            self._capacity = total
             ceiling = sum(h.capacity.ceiling for h in handles)
-            self.scheduler.set_capacity(total, self._cold_start_s, ceiling, steady=steady)
+            self.scheduler.set_capacity(total, self._cold_start_s, ceiling)
 
     @property
     def at_zero(self) -> bool:

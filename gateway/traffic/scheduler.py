@@ -27,7 +27,10 @@ batch request sent then lands in the step the interactive request waits on
 (bench/batch_interference.py --quick, two runs each at the same hour: interactive time to
 first token p99 2.46x and 3.34x its unloaded value with this, 3.46x and 3.92x without;
 batch lines per second unchanged, 9.3-9.6). Only streams are seen: a whole answer's first
-token is not.
+token is not. Held for one engine step instead (by then the engine has begun the step
+that computes the prompt), lower classes were released while a long step still ran, and
+joined the interactive request's step: bench/batch_interference.py --quick, two runs
+each, 3.33x and 3.63x against 2.10x and 2.53x held to the first token.
 
 Shedding aims to refuse at once, not after a wait: a newcomer is admitted only when its
 expected wait fits well within its deadline (`ADMIT_WAIT_FRACTION`), and whenever the
@@ -237,15 +240,17 @@ _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not f
 # time to first token p99 8x its unloaded value with a fixed limit, ~12x learned).
 RESERVED_SHARE = 0.1
 # Admission counts on the lowest limit a cut set in this many seconds (a learned limit
-# swings down when the engine queues), re-checks on the highest. Both on the current limit,
+# swings down when the engine queues, and is pinned low while a latency baseline is
+# measured), re-checks on the highest. Both on the current limit,
 # every swing down turned the requests admitted at the top into late refusals:
 # bench/capacity.py at 5x, adaptive limits, about a fifth of the noisy tenant's refusals
 # came 1 to 4 s after arrival, not at once. Only cuts: the lower limits a learned limit
 # grew from are no risk, and counted too, a gateway whose limit had just grown from 8 to 26
 # took its interactive traffic (9 slots) for all of 8 and refused batch requests with
 # nothing queued for ten seconds after every start (bench/capacity.py --quick, load 1,
-# adaptive-metrics: 9% refused). Nor the pins of a latency measurement (`set_capacity`'s
-# `steady`): they end by design.
+# adaptive-metrics: 9% refused). A latency measurement's pin is a cut: it ends by design,
+# but while it holds the queue drains at its pace for seconds, and counted on the limit it
+# returns to, admission would take requests that the pin then makes late.
 LIMIT_MEMORY_S = 10.0
 # Waiters are checked again at once when the limit moves or an arrival goes before some
 # of them; after a release, or an arrival that goes behind everyone, at most this often. A
@@ -383,9 +388,8 @@ class FairScheduler:
         if not 0 < admit_fraction <= 1:
             raise ValueError("admit_fraction must be in (0, 1]")
         self._max = max_concurrency
-        self._steady = max_concurrency  # `set_capacity`
         self._ceiling = max_concurrency
-        # (since, steady limit, whether it was a cut), none while 0: `_limit_bounds`
+        # (since, limit, whether it was a cut), none while 0: `_limit_bounds`
         self._limits: deque[tuple[float, int, bool]] = deque()
         self._bounds = (max_concurrency, max_concurrency)  # `_limit_bounds`
         self._bounds_until = -math.inf
@@ -417,20 +421,12 @@ class FairScheduler:
         return self._service.mean_s
 
     def set_capacity(
-        self,
-        max_concurrency: int,
-        cold_start_s: float = 0.0,
-        ceiling: int | None = None,
-        *,
-        steady: int | None = None,
+        self, max_concurrency: int, cold_start_s: float = 0.0, ceiling: int | None = None
     ) -> None:
         """Replicas came or went, or their limits moved: dispatch at most `max_concurrency`
         at once from now on; the top class may go above it up to `ceiling` (default: no
         higher) by its burst allowance (`_may_dispatch`).
 
-        `steady`: where the limit is held low for a moment by design (a latency baseline
-        measured at a pin), the limit it returns to; the memory of recent limits that
-        admission counts on (LIMIT_MEMORY_S) keeps that, not the pin. Default: the limit.
 
         0 means no replica is ready (a cold start is under way): requests wait, held in
         the queue, and `cold_start_s` estimates when capacity appears. Raising it releases
@@ -439,7 +435,6 @@ class FairScheduler:
         if max_concurrency < 0:
             raise ValueError("max_concurrency must be >= 0")
         self._max = max_concurrency
-        self._steady = max_concurrency if steady is None else max(steady, max_concurrency)
         self._ceiling = max_concurrency if ceiling is None else max(ceiling, max_concurrency)
         self._remember_limit(self._clock())
         self._cold_start_s = cold_start_s
@@ -574,8 +569,8 @@ class FairScheduler:
         if self._max == 0:  # held for a cold start: what the replicas will take is new
             self._limits.clear()
         else:
-            cut = bool(self._limits) and self._steady < self._limits[-1][1]
-            self._limits.append((now, self._steady, cut))
+            cut = bool(self._limits) and self._max < self._limits[-1][1]
+            self._limits.append((now, self._max, cut))
         self._bounds_until = -math.inf
         self._limit_bounds(now)  # forget what is older, so the record stays short
 
@@ -589,7 +584,7 @@ class FairScheduler:
         return self._limit_bounds(now)[1]
 
     def _limit_bounds(self, now: float) -> tuple[int, int]:
-        """(lowest set by a cut, highest) steady limit of the last LIMIT_MEMORY_S seconds.
+        """(lowest set by a cut, highest) limit of the last LIMIT_MEMORY_S seconds.
         Read several times per queued request, they change only when the limit does or an
         old limit leaves the window: kept until then, instead of rebuilt from the record at
         every read."""
@@ -779,7 +774,8 @@ class FairScheduler:
     def _finish(self, entry: Entry, tokens: float, service_s: float | None) -> None:
         self._queue.complete(entry, tokens / entry.weight)
         self._in_flight -= 1
-        self._pacer.credit()
+        if entry.rank != self._top_rank:  # the pace follows what it paces, not the top class
+            self._pacer.finished(self._clock())
         self._in_flight_by_rank[entry.rank] -= 1
         if service_s is not None:
             self._service.observe(service_s)

@@ -146,18 +146,25 @@ def capacity(engine_name: str = "vllm", initial: int = 8) -> ReplicaCapacity:
     return ReplicaCapacity(config, GradientLimiter(initial, min_limit=1, max_limit=256))
 
 
-def test_a_latency_measurement_pins_the_limit_but_not_the_steady_limit() -> None:
-    """The latency limiter measures its baseline at half the limit at start: the limit to
-    dispatch against is the pin; the steady limit (what admission remembers, see
-    FairScheduler.set_capacity) is the one the measurement returns to."""
-    replica = capacity(engine_name="", initial=40)
-    replica.update(0.25, 10, None)
-    assert replica.limit == 20
-    assert replica.steady_limit == 40
-    with_engine = capacity(initial=40)
-    for tick in range(1, QUEUED_TICKS + 1):  # the engine queues: a real cut, to 30
-        with_engine.update(0.25 * tick, 40, EngineSample(running=30, waiting=10))
-    assert (with_engine.limit, with_engine.steady_limit) == (20, 30)
+def test_the_step_time_from_latency_outlasts_a_measurement_that_clears_the_samples() -> None:
+    """Without engine metrics the step time (for pacing) is the latency per output token;
+    a latency measurement clears the recent samples, and the pace keeps the last one
+    known instead of turning off (None: no pacing) when the limit comes back."""
+    gradient = GradientLimiter(8, probe_samples=3, probe_max_s=1.0)
+    replica = ReplicaCapacity(CapacityConfig("adaptive", 256, 8, 1, "none"), gradient)
+    assert replica.step_s is None  # nothing measured yet
+    now, cleared = 0.0, False
+    for _ in range(40):
+        now += 0.25
+        for _ in range(4):
+            replica.observe("per_token", 0.02, now)
+        replica.update(now, 2, None)
+        snapshot = gradient.snapshot()
+        cleared = snapshot.phase == "probing" and snapshot.kinds["per_token"].recent is None
+        if cleared:  # the measurement just ended, and cleared its samples
+            break
+    assert cleared
+    assert replica.step_s == pytest.approx(0.02)
 
 
 def test_with_both_signals_the_lower_limit_wins() -> None:

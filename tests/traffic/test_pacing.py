@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.traffic.pacing import Pacer
+from gateway.traffic.pacing import RATE_HEADROOM, RATE_WINDOW_S, Pacer
 from gateway.traffic.scheduler import FairScheduler
 from tests.traffic.test_scheduler import FakeClock, Harness
 
@@ -18,23 +18,46 @@ def test_off_by_default_and_at_interval_zero() -> None:
         pacer.take(0.0)
 
 
-def test_a_burst_then_one_per_interval_and_a_free_replacement_per_finish() -> None:
-    pacer = Pacer(burst=2)
+def test_one_at_a_time_then_one_per_interval() -> None:
+    pacer = Pacer()
     pacer.set_interval(0.02, 0.0)
-    pacer.take(0.0)
     pacer.take(0.0)
     assert not pacer.ready(0.0)
     assert pacer.wait_s(0.0) == pytest.approx(0.02)
     assert not pacer.ready(0.019)
     assert pacer.ready(0.0201)
     pacer.take(0.0201)
-    assert not pacer.ready(0.0201)
-    pacer.credit()  # a request finished: its replacement goes at once
-    assert pacer.ready(0.0201)
-    assert pacer.ready(10.0)  # idle: the bucket refills, but only to the burst
-    pacer.take(10.0)
+    assert pacer.ready(10.0)  # idle: the bucket refills, but only to one
     pacer.take(10.0)
     assert not pacer.ready(10.0)
+
+
+def test_a_finished_request_is_no_free_replacement() -> None:
+    """Requests prefilled in one step finish in one step (equal output lengths): free
+    replacements sent them back into one step, and the cohort kept its steps long."""
+    pacer = Pacer()
+    pacer.set_interval(0.02, 0.0)
+    pacer.take(0.0)
+    for _ in range(4):
+        pacer.finished(0.001)
+    assert not pacer.ready(0.001)
+
+
+def test_the_pace_keeps_up_with_completions_faster_than_one_a_step() -> None:
+    """A batch of short answers finishes several a step: the tokens then accrue at the
+    completion rate (with headroom), so pacing never caps what the engine finishes."""
+    pacer = Pacer()
+    pacer.set_interval(0.02, 0.0)
+    for i in range(200):  # 100 a second over the last two: two a 20 ms step
+        pacer.finished(i * 0.01)
+    now = 1.99
+    pacer.take(now)
+    expected = RATE_WINDOW_S / (RATE_HEADROOM * 200)
+    assert pacer.wait_s(now) == pytest.approx(expected)
+    assert expected < 0.02 / 2
+    assert pacer.wait_s(now + 5.0) == 0.0  # ready; and completions that old no longer count
+    pacer.take(now + 5.0)
+    assert pacer.wait_s(now + 5.0) == pytest.approx(0.02)
 
 
 def test_a_burst_below_one_is_refused() -> None:
@@ -43,23 +66,23 @@ def test_a_burst_below_one_is_refused() -> None:
 
 
 async def test_batch_growth_is_paced_interactive_is_not_and_a_timer_dispatches_the_rest() -> None:
-    """Ten free slots and a step time of 20 ms: twelve batch requests at once start two at
-    once (the burst), then one per 20 ms without anything else happening; an interactive
-    arrival goes straight through."""
+    """Ten free slots and a step time of 20 ms: twelve batch requests at once start one at
+    once, then one per 20 ms without anything else happening, and a finish frees no extra
+    one; an interactive arrival goes straight through."""
     clock = FakeClock()
     h = Harness(FairScheduler(10, 100, clock))
     h.scheduler.set_pace(0.02)
     for i in range(12):
         await h.submit(f"b{i}", tenant="jobs")
-    assert len(h.running) == 2
+    assert len(h.running) == 1
     await h.submit("i0", tenant="web", priority="interactive")
-    assert h.order[-1] == "i0" and len(h.running) == 3
+    assert h.order[-1] == "i0" and len(h.running) == 2
     clock.now += 0.02
     await asyncio.sleep(0.03)  # the pacing timer (real time) pumps; the clock says 20 ms
     await h.settle()
-    assert len(h.running) == 4
-    await h.finish_one()  # a finish: its replacement is free
-    assert len(h.running) == 4
+    assert len(h.running) == 3
+    await h.finish_one()  # a finish: no free replacement
+    assert len(h.running) == 2
     h.scheduler.set_pace(0.0)  # pacing off: the rest up to the room (9 of 10, reserve 1)
     await h.settle()
     assert len(h.running) == 9

@@ -832,39 +832,6 @@ async def test_lower_classes_wait_while_a_top_class_stream_awaits_its_first_toke
     assert h.order[-1] == "b2"
 
 
-async def test_a_measurement_pin_is_not_a_cut_for_admission() -> None:
-    """A limit of 8 pinned at 4, then 2, while a latency baseline is measured, then 10:
-    the pins end by design, so admission counts on the limit they return to, not on 2
-    for LIMIT_MEMORY_S. On 2, a batch newcomer behind a full room, with interactive
-    traffic taking what 2 slots give, expected a wait ten times a batch answer (1 s here)
-    and was refused at half load (bench/capacity.py --quick, adaptive-metrics: 9% of load 0.5's
-    requests refused as deadline_unreachable with nothing queued). A cut (no `steady`)
-    still counts, as test_admission_counts_on_the_lowest_recent_limit says."""
-    for steady, refused in ((8, False), (None, True)):
-        clock = FakeClock()
-        h = Harness(FairScheduler(8, 100, clock, initial_service_s=1.0))
-        h.scheduler.set_capacity(4, steady=steady)
-        h.scheduler.set_capacity(2, steady=steady)
-        h.scheduler.set_capacity(10)
-        for i in range(12):  # 12 interactive answers of 0.5 s in the load window
-            await h.submit(f"i{i}", tenant="web", priority="interactive")
-            slot, _ = h.running.pop(0)
-            slot.release(10, 10, service_s=0.5)
-        for i in range(9):  # the batch room (10 less the one kept for interactive)
-            await h.submit(f"b{i}", tenant="jobs")
-        assert len(h.running) == 9
-        newcomer = h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 15.0)
-        if refused:
-            with pytest.raises(Shed, match="deadline_unreachable"):
-                await newcomer
-        else:
-            task = asyncio.ensure_future(newcomer)
-            await h.settle()
-            assert not task.done()  # admitted: it waits for a slot
-            h.pending.append(("new", task, (100, 0)))
-        await h.drain()
-
-
 async def test_a_limit_that_grew_is_no_cut_for_admission() -> None:
     """A learned limit growing from 8 to 26 (slow start): admission counts on 26, not on
     the 8 it grew from. On 8, interactive traffic that took 8 slots' worth left batch
