@@ -241,16 +241,16 @@ _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not f
 RESERVED_SHARE = 0.1
 # Admission counts on the lowest limit a cut set in this many seconds (a learned limit
 # swings down when the engine queues, and is pinned low while a latency baseline is
-# measured), re-checks on the highest. Both on the current limit,
-# every swing down turned the requests admitted at the top into late refusals:
-# bench/capacity.py at 5x, adaptive limits, about a fifth of the noisy tenant's refusals
-# came 1 to 4 s after arrival, not at once. Only cuts: the lower limits a learned limit
-# grew from are no risk, and counted too, a gateway whose limit had just grown from 8 to 26
-# took its interactive traffic (9 slots) for all of 8 and refused batch requests with
-# nothing queued for ten seconds after every start (bench/capacity.py --quick, load 1,
-# adaptive-metrics: 9% refused). A latency measurement's pin is a cut: it ends by design,
-# but while it holds the queue drains at its pace for seconds, and counted on the limit it
-# returns to, admission would take requests that the pin then makes late.
+# measured), re-checks on the highest. Both on the current limit, every swing down turned
+# the requests admitted at the top into late refusals: bench/capacity.py at 5x, adaptive
+# limits, about a fifth of the noisy tenant's refusals came 1 to 4 s after arrival, not at
+# once. Only cuts: the lower limits a learned limit grew from are no risk, and counted too,
+# a gateway whose limit had just grown from 8 to 26 took its interactive traffic (9 slots)
+# for all of 8 and refused batch requests with nothing queued for ten seconds after every
+# start (bench/capacity.py --quick, load 1, adaptive-metrics: 9% refused). A latency
+# measurement's pin is a cut: it ends by design, but while it holds the queue drains at
+# its pace for seconds, and counted on the limit it returns to, admission would take
+# requests that the pin then makes late.
 LIMIT_MEMORY_S = 10.0
 # Waiters are checked again at once when the limit moves or an arrival goes before some
 # of them; after a release, or an arrival that goes behind everyone, at most this often. A
@@ -426,7 +426,6 @@ class FairScheduler:
         """Replicas came or went, or their limits moved: dispatch at most `max_concurrency`
         at once from now on; the top class may go above it up to `ceiling` (default: no
         higher) by its burst allowance (`_may_dispatch`).
-
 
         0 means no replica is ready (a cold start is under way): requests wait, held in
         the queue, and `cold_start_s` estimates when capacity appears. Raising it releases
