@@ -52,14 +52,19 @@ Modes, one gateway each (its own port, its own state), backend `gpu` over the en
                       phases), no capacity given
     uncontrolled      concurrency.mode fixed, max_concurrency 4096
 Modes run one after another; in each: load 0.5 (the unloaded baseline), load 1, then load
-5, whose phase goes on through the change: after the load-5 window the engine is changed
-(`/_control`, on the load generator's clock) and the phase runs `after_change_s` more,
-while /readyz is polled every 0.5 s. Quick: windows of 3 s after 1.5 s of warm-up (6 s
-before a mode's first window, so that its unloaded baseline is not the gateway's own
-start-up: its latency limiter measures at half its initial limit, then grows, for about
-6 s), 11.5 s after the change, about 3 minutes in all. Full: 12 s windows after 3 s (10 s
-before the first; load 5: 10 s), 20 s after each change, a second change phase for
-`kv_tokens`, about 13 minutes.
+5, whose phase goes on through the change: `overload_settle_s` after the load-5 window the
+engine is changed (`/_control`, on the load generator's clock) and the phase runs
+`after_change_s` more, while /readyz is polled every 0.5 s. The settle keeps the change
+out of the load-5 figures: a request admitted in the window waits up to half its deadline
+by design, and the change, made at the window's end, dropped the batch requests still
+queued then as `deadline_slipped`, seconds late, which the load-5 refusal p99 counted
+(they still count if they come after the settle). Quick: windows of 3 s after 1.5 s of
+warm-up (6 s before a mode's first window, so that its unloaded baseline is not the
+gateway's own start-up: its latency limiter measures at half its initial limit, then
+grows, for about 6 s), a settle of 10 s (the wait admission allows a batch request), 11.5
+s after the change, about 3.5 minutes in all. Full: 12 s windows after 3 s (10 s before
+the first; load 5: 10 s), a settle of 20 s (the batch deadline), 20 s after each change, a
+second change phase for `kv_tokens` (no settle), about 15 minutes.
 
 Metrics (JSON lines with `mode` and `load`; requests are those sent in the measured
 window unless said otherwise):
@@ -113,8 +118,8 @@ Last, `target_met` (1 or 0) per adaptive mode for the issue's targets at load 5:
 each change >= 0.85 of the new capacity from 10 s on, and load 1's token throughput ratio
 >= 0.95. A table goes to stderr at the end, with the learned limit around the change.
 
-    python bench/capacity.py            # about 13 minutes (from the phase lengths)
-    python bench/capacity.py --quick    # the same modes, loads and change, under 3 minutes
+    python bench/capacity.py            # about 15 minutes (from the phase lengths)
+    python bench/capacity.py --quick    # the same modes, loads and change, 3.5 minutes
     python bench/capacity.py --records DIR   # also each phase's raw records, as JSON
     python bench/capacity.py --capacity-rps 30   # no search: the same loads run to run
 
@@ -202,6 +207,7 @@ KEEP_UP = 0.9  # completions / arrivals in the window (arrivals shifted by laten
 SETTLE_S = 10.0  # goodput after a change is counted from this long after it
 RECOVERY_WINDOW_S = 2.0
 RECOVERY_SHARE = 0.85
+TRACE_BEFORE_S = 2.0  # the learned limit's trace around a change begins this long before it
 
 
 @dataclass(frozen=True)
@@ -215,7 +221,12 @@ class Plan:
     light_samples: int  # interactive requests the unloaded probe aims for (its length)
     search_steps: int
     overload_warm_s: float  # load 5, before its measured window
-    overload_measure_s: float  # load 5's window, which ends with the change
+    overload_measure_s: float  # load 5's window
+    # Load 5 goes on this long after its window before the first change, so that the
+    # window's requests are dispatched or refused at 5x, not by the change (a refusal
+    # still counts when it comes later, of a request queued at the change too): the batch
+    # deadline in full runs; in quick ones half of it, the wait admission allows.
+    overload_settle_s: float
     after_change_s: float
     drain_s: float  # after the last arrival, until requests still open are cut
     changes: tuple[str, ...]
@@ -229,6 +240,7 @@ QUICK_PLAN = Plan(
     search_steps=3,
     overload_warm_s=1.5,
     overload_measure_s=3.0,
+    overload_settle_s=10.0,
     after_change_s=11.5,
     drain_s=0.3,
     changes=("step_scale",),
@@ -241,6 +253,7 @@ FULL_PLAN = Plan(
     search_steps=4,
     overload_warm_s=3.0,
     overload_measure_s=10.0,
+    overload_settle_s=20.0,
     after_change_s=20.0,
     drain_s=4.0,
     changes=("step_scale", "kv_tokens"),
@@ -757,27 +770,34 @@ class Bench:
                 self.summary[(mode, load)] = self.report_load(mode, load, phase)
             for index, name in enumerate(plan.changes):
                 change = changes()[name]
-                phase, changed_at = self.change_phase(mode, gateway, change)
+                settle_s = plan.overload_settle_s if index == 0 else 0.0
+                phase, changed_at, end = self.change_phase(mode, gateway, change, settle_s)
                 if index == 0:
                     summary = self.report_load(mode, OVERLOAD, phase, before=changed_at)
                     self.summary[(mode, OVERLOAD)] = summary
-                self.report_change(mode, change, phase, changed_at)
+                self.report_change(mode, change, phase, changed_at, end)
         finally:
             if mode == "adaptive-latency":
                 self.engine.control({"metrics": True})
 
-    def change_phase(self, mode: str, gateway: Gateway, change: Change) -> tuple[Phase, float]:
+    def change_phase(
+        self, mode: str, gateway: Gateway, change: Change, settle_s: float
+    ) -> tuple[Phase, float, float]:
+        """Load 5 with `change` made `settle_s` after the measured window: the phase, when
+        the engine took the change, and when the phase ended (load generator's clock)."""
         plan = self.plan
-        at = plan.overload_warm_s + plan.overload_measure_s
+        window_end = plan.overload_warm_s + plan.overload_measure_s
+        at = window_end + settle_s
         duration = at + plan.after_change_s
         control = Action(at, self.engine.url + "/_control", orjson.dumps(change.control).decode())
-        readyz = Poll("readyz", gateway.url + "/readyz", 0.5, max(0.0, at - 2.0), duration)
+        # From the window (its learned-limit means) through the change (its trace).
+        readyz = Poll("readyz", gateway.url + "/readyz", 0.5, plan.overload_warm_s, duration)
         phase = self.run(
             f"{mode}-change-{change.name}",
             gateway.url,
             self.rates(OVERLOAD),
             SEEDS[OVERLOAD],
-            (plan.overload_warm_s, at),
+            (plan.overload_warm_s, window_end),
             duration,
             direct=False,
             pids=self.pids(gateway),
@@ -789,7 +809,7 @@ class Bench:
         done_at, status = phase.result.actions[0]
         if status != 200:
             raise RuntimeError(f"the engine refused {change.control}: status {status}")
-        return phase, done_at
+        return phase, done_at, duration
 
     def settle(self, gateway: Gateway) -> None:
         self.engine.wait_idle()
@@ -905,9 +925,10 @@ class Bench:
         emit("throughput_ratio_vs_bare", answers, "ratio", **params, basis="requests")
         return tokens
 
-    def report_change(self, mode: str, change: Change, phase: Phase, changed_at: float) -> None:
+    def report_change(
+        self, mode: str, change: Change, phase: Phase, changed_at: float, end: float
+    ) -> None:
         new = self.capacity[change.name].rps
-        end = self.plan.overload_warm_s + self.plan.overload_measure_s + self.plan.after_change_s
         params: dict[str, Any] = {"mode": mode, "load": OVERLOAD, "change": change.name}
         after = phase.goodput_rps(span=(changed_at + SETTLE_S, end)) / new
         recovery = recovery_s(phase, changed_at, end, new)
@@ -953,6 +974,8 @@ class Bench:
                 continue
             replica = (view.get("replicas") or [{}])[0]
             t_s = round(taken - changed_at, 2)
+            if t_s < -TRACE_BEFORE_S:
+                continue  # the load-5 window's, for its means
             limits.append((t_s, float(view["limit"])))
             emit(
                 "concurrency_limit",

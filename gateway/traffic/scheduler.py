@@ -14,9 +14,14 @@ w_q = 2) since each output token is a full decode step. The output is unknown at
 so dispatch charges `max_output_tokens` and completion corrects to the real usage; the
 overcharge in between keeps one tenant from grabbing every slot before its first answer.
 
-A tenant that becomes active (nothing queued or in flight before) is lifted to the lowest
-counter among active tenants, or to the counter of the last tenant to go idle when none is
-active, so that time spent idle is not credit to spend later in a burst.
+A tenant whose line is empty when a request of it arrives is lifted to the lowest counter
+among tenants with waiters, or to the counter of the last tenant whose line emptied when
+nobody waits (the paper's Algorithm 2), so that time spent below its share is not credit
+to spend later in a burst. The line, not "queued or in flight": a light tenant always has
+some request in flight, and lifted only when it had none, it banked the service a heavy
+tenant got while it did not ask for it, and then took nearly every dispatch until the
+heavy one's lead was spent (bench/capacity.py, load 5: the noisy tenant served nothing
+for 20 s after the burst that began its overload).
 
 Strict priority between classes is deliberate: batch waits while interactive work waits,
 and is shed first (its expected wait counts the interactive queue; displacement picks it).
@@ -58,8 +63,10 @@ from gateway.traffic.pacing import Pacer
 from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
     ClassLoad,
+    DrainRate,
     ServiceTimeEstimator,
     expected_wait_s,
+    measured_wait_s,
     retry_after_s,
     should_shed,
 )
@@ -76,9 +83,10 @@ def token_cost(input_tokens: int, output_tokens: int, weight: float, output_weig
     return (input_tokens + output_weight * output_tokens) / weight
 
 
-def lifted_counter(counter: float, active_counters: list[float], last_idle: float) -> float:
-    """The counter of a tenant that becomes active: never below the active ones' minimum."""
-    floor = min(active_counters) if active_counters else last_idle
+def lifted_counter(counter: float, waiting_counters: list[float], last_left: float) -> float:
+    """The counter of a tenant whose line was empty: never below the lowest of the tenants
+    with waiters, or when none waits, below the last one's whose line emptied."""
+    floor = min(waiting_counters) if waiting_counters else last_left
     return max(counter, floor)
 
 
@@ -101,8 +109,9 @@ class FairQueue:
 
     def __init__(self) -> None:
         self._counters: dict[str, float] = {}
-        self._active: dict[str, int] = {}  # tenant -> requests queued or in flight
-        self._last_idle = 0.0
+        self._lines: dict[str, int] = {}  # tenant -> its waiters, all classes
+        self._last_left: str | None = None  # the last tenant whose line emptied
+        self._since: dict[tuple[int, str], float] = {}  # (class, tenant) -> line began
         self._waiting: dict[int, dict[str, deque[Entry]]] = {}
         self._depth: dict[int, int] = {}
         self._seq = count()
@@ -142,10 +151,26 @@ class FairQueue:
         )
         return higher + own + others
 
+    def line(self, tenant: str, rank: int) -> int:
+        """How many of a tenant's requests wait in a class."""
+        return len(self._waiting.get(rank, {}).get(tenant, ()))
+
+    def backlogged_since(self, tenant: str, rank: int) -> float | None:
+        """Since when a tenant's line in a class has had waiters without a break (the
+        arrival of the waiter that began it); None while it is empty."""
+        return self._since.get((rank, tenant))
+
+    def waiting_weights(self, rank: int) -> dict[str, float]:
+        """The weights of the tenants with waiters in a class."""
+        return {tenant: queue[0].weight for tenant, queue in self._waiting.get(rank, {}).items()}
+
     def push(self, entry: Entry) -> None:
         entry.seq = next(self._seq)
-        self._join(entry.tenant)
+        self._lift(entry.tenant)
+        self._lines[entry.tenant] = self._lines.get(entry.tenant, 0) + 1
         tenants = self._waiting.setdefault(entry.rank, {})
+        if entry.tenant not in tenants:
+            self._since[(entry.rank, entry.tenant)] = entry.enqueued_at
         tenants.setdefault(entry.tenant, deque()).append(entry)
         self._depth[entry.rank] = self._depth.get(entry.rank, 0) + 1
 
@@ -188,7 +213,8 @@ class FairQueue:
 
     def dispatch_at_once(self, entry: Entry) -> None:
         """Straight to in flight when nobody waits: as `push` then `dispatch`."""
-        self._join(entry.tenant)
+        self._lift(entry.tenant)
+        self._last_left = entry.tenant
         self._counters[entry.tenant] += entry.charge
 
     def dispatch(self, entry: Entry) -> None:
@@ -199,25 +225,17 @@ class FairQueue:
     def withdraw(self, entry: Entry) -> None:
         """Leaves the queue without service (cancelled, expired, displaced)."""
         self._unlink(entry)
-        self._leave(entry.tenant)
 
     def complete(self, entry: Entry, actual_charge: float) -> None:
         """In flight → done: replace the estimate by what was really used."""
         self._counters[entry.tenant] += actual_charge - entry.charge
-        self._leave(entry.tenant)
 
-    def _join(self, tenant: str) -> None:
-        if tenant not in self._active:
-            active = [self._counters[t] for t in self._active]
-            self._counters[tenant] = lifted_counter(self.counter(tenant), active, self._last_idle)
-        self._active[tenant] = self._active.get(tenant, 0) + 1
-
-    def _leave(self, tenant: str) -> None:
-        self._active[tenant] -= 1
-        if self._active[tenant] == 0:
-            del self._active[tenant]
-            if not self._active:
-                self._last_idle = self._counters[tenant]
+    def _lift(self, tenant: str) -> None:
+        """A request of `tenant` arrives: lifted if its line is empty (module docstring)."""
+        if tenant not in self._lines:
+            waiting = [self._counters[t] for t in self._lines]
+            last = self.counter(self._last_left) if self._last_left is not None else 0.0
+            self._counters[tenant] = lifted_counter(self.counter(tenant), waiting, last)
 
     def _unlink(self, entry: Entry) -> None:
         tenants = self._waiting[entry.rank]
@@ -228,9 +246,14 @@ class FairQueue:
             waiting.remove(entry)
         if not waiting:
             del tenants[entry.tenant]
+            del self._since[(entry.rank, entry.tenant)]
             if not tenants:
                 del self._waiting[entry.rank]
         self._depth[entry.rank] -= 1
+        self._lines[entry.tenant] -= 1
+        if not self._lines[entry.tenant]:
+            del self._lines[entry.tenant]
+            self._last_left = entry.tenant
 
 
 _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not forever
@@ -413,6 +436,7 @@ class FairScheduler:
         self._pace_timer: asyncio.TimerHandle | None = None
         self._dispatched = dict.fromkeys(self._ranks, 0)
         self._load = ClassLoad()
+        self._drain = DrainRate(clock())  # idle until the first request
         self._shed: dict[tuple[str, str], int] = {}
         self._rechecked_at = -math.inf
 
@@ -479,6 +503,7 @@ class FairScheduler:
         if priority not in self._ranks:
             raise ValueError(f"unknown priority class {priority!r}")
         now = self._clock()
+        self._drain.busy(now)
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
         entry = Entry(tenant, weight, priority, self._ranks[priority], charge, deadline, now)
         if self._dispatchable_at_once(entry, now):
@@ -504,8 +529,7 @@ class FairScheduler:
         now, rank = self._clock(), self._ranks[priority]
         if self._queue.ahead(rank) == 0 and self._may_dispatch(rank, now):
             return 0.0
-        ahead = self._queue.ahead_of(tenant, weight, rank)
-        return self._wait(ahead, rank, now, admitting=True)
+        return self._admission_wait(tenant, weight, rank, now)
 
     def drop_waiting(self, reason: str, error: Callable[[], Exception]) -> None:
         """Fails every waiter with a new `error()` (a cold start failed: nothing will serve
@@ -531,8 +555,7 @@ class FairScheduler:
 
     def _admit(self, entry: Entry, now: float) -> None:
         """Refuses on arrival (raises Shed), or makes room in a full queue."""
-        ahead = self._queue.ahead_of(entry.tenant, entry.weight, entry.rank)
-        wait = self._wait(ahead, entry.rank, now, admitting=True)
+        wait = self._admission_wait(entry.tenant, entry.weight, entry.rank, now)
         # Held for a cold start, the wait is mostly the start's, not a queue at its limit.
         fraction = self._admit_fraction if self._max else 1.0
         if should_shed(now, entry.deadline, wait, fraction):
@@ -544,6 +567,32 @@ class FairScheduler:
             drain = self._wait_for(max(self._ranks.values()))
             raise self._count(entry, Shed("queue_full", retry_after_s(drain)))
         self._drop(victim, "displaced")
+
+    def _admission_wait(self, tenant: str, weight: float, rank: int, now: float) -> float:
+        """A newcomer's expected wait as admission counts it: the longer of the model's
+        (`_wait`) and the measured pace's (`measured_wait_s`), so that admission errs on
+        the side of a refusal now rather than one after a wait."""
+        ahead = self._queue.ahead_of(tenant, weight, rank)
+        wait = self._wait(ahead, rank, now, admitting=True)
+        rates = self._drain.rates(rank, tenant, now) if self._max else None
+        if wait == 0.0 or rates is None:
+            return wait
+        own = self._queue.line(tenant, rank)
+        since = self._queue.backlogged_since(tenant, rank)
+        if since is not None and since <= now - self._drain.window_s:
+            share = 0.0  # backlogged all through the window: its own rate is its turn
+        else:
+            share = self._share(tenant, weight, rank, now)
+        return max(wait, measured_wait_s(own, *rates, share))
+
+    def _share(self, tenant: str, weight: float, rank: int, now: float) -> float:
+        """The tenant's weight over those of the tenants that take turns in its class's
+        line: with waiters now, or finished lately (a light tenant's line is mostly empty,
+        but its arrivals go first; counted on waiters only, the noisy tenant expected the
+        whole class's pace when overload began, and got half)."""
+        weights = self._drain.weights(rank, now) | self._queue.waiting_weights(rank)
+        weights[tenant] = weight
+        return weight / sum(weights.values())
 
     def _wait(self, ahead: int, rank: int, now: float, *, admitting: bool = False) -> float:
         """Expected wait behind `ahead` waiters: higher classes arriving meanwhile go first,
@@ -772,6 +821,7 @@ class FairScheduler:
 
     def _finish(self, entry: Entry, tokens: float, service_s: float | None) -> None:
         self._queue.complete(entry, tokens / entry.weight)
+        self._drain.record(self._clock(), entry.rank, entry.tenant, entry.weight)
         self._in_flight -= 1
         if entry.rank != self._top_rank:  # the pace follows what it paces, not the top class
             self._pacer.finished(self._clock())
@@ -783,6 +833,8 @@ class FairScheduler:
                 estimator = self._class_service[entry.rank] = ServiceTimeEstimator()
             estimator.observe(service_s)
         self._pump(recheck=False)  # a release mostly shortens waits: see RECHECK_INTERVAL_S
+        if not self._in_flight and not len(self._queue):
+            self._drain.idle(self._clock())
 
     def _prefilled(self) -> None:
         self._prefills -= 1

@@ -139,3 +139,111 @@ class ClassLoad:
         while self._dispatches and self._dispatches[0][0] <= horizon:
             _, rank = self._dispatches.popleft()
             self._counts[rank] -= 1
+
+
+# A measured drain rate needs this many of the class's requests finished in the window:
+# below it, the rate says more about when the window began than about the backlog.
+MIN_DRAIN_SAMPLES = 5
+
+
+class DrainRate:
+    """How fast each class's, and each tenant's, requests finished lately (per second over
+    a sliding window of the time the scheduler had work): the pace at which a line really
+    drains, measured rather than modelled from a limit and a mean service time.
+
+    Why: the model (`expected_wait_s`) counts the limit's slots at a service time measured
+    at a lower load, and a line's whole class as its own, so when overload begins (more in
+    flight, each request slower, the pace of lower classes bounded, a light tenant's
+    arrivals going first) it expected the noisy tenant's line to drain three to four times
+    as fast as it did, and the requests it admitted were refused late or answered 504
+    after seconds in the queue (bench/capacity.py, load 5: its first 1.5 s admitted ~150
+    that waited up to 19.5 s of their 20). A rate of finished requests already holds the
+    engine's saturation, the higher classes' share and the other tenants' turns.
+
+    Time while the scheduler has nothing queued or in flight (`idle` to `busy`) does not
+    count: after a quiet spell the rates are those of the last busy seconds, not none,
+    which left the model alone to admit the first burst of an overload.
+    """
+
+    def __init__(self, started: float, window_s: float = 5.0) -> None:
+        if window_s <= 0:
+            raise ValueError("window_s must be > 0")
+        self._window_s = window_s
+        self._started = started
+        self._idle_s = 0.0  # idle time so far, taken off the clock
+        self._idle_since: float | None = started  # idle until the first request
+        self._done: deque[tuple[float, int, str]] = deque()  # (busy clock, class, tenant)
+        self._by_class: dict[int, int] = {}
+        self._by_tenant: dict[tuple[int, str], int] = {}
+        self._weights: dict[tuple[int, str], float] = {}
+
+    @property
+    def window_s(self) -> float:
+        return self._window_s
+
+    def idle(self, now: float) -> None:
+        """Nothing queued or in flight from `now`: the window stops."""
+        if self._idle_since is None:
+            self._idle_since = now
+
+    def busy(self, now: float) -> None:
+        """Work again: the window goes on from where it stopped."""
+        if self._idle_since is not None:
+            self._idle_s += now - self._idle_since
+            self._idle_since = None
+
+    def record(self, now: float, rank: int, tenant: str, weight: float) -> None:
+        at = self._busy_clock(now)
+        self._done.append((at, rank, tenant))
+        self._by_class[rank] = self._by_class.get(rank, 0) + 1
+        key = (rank, tenant)
+        self._by_tenant[key] = self._by_tenant.get(key, 0) + 1
+        self._weights[key] = weight
+        self._expire(at)
+
+    def rates(self, rank: int, tenant: str, now: float) -> tuple[float, float] | None:
+        """(the class's, the tenant's) finished requests per second, or None while the
+        class finished fewer than MIN_DRAIN_SAMPLES in the window."""
+        at = self._busy_clock(now)
+        self._expire(at)
+        finished = self._by_class.get(rank, 0)
+        span = min(self._window_s, at)
+        if finished < MIN_DRAIN_SAMPLES or span <= 0:
+            return None
+        return finished / span, self._by_tenant.get((rank, tenant), 0) / span
+
+    def weights(self, rank: int, now: float) -> dict[str, float]:
+        """The weights of the tenants of a class that finished requests in the window:
+        those whose arrivals will take turns in its line too."""
+        self._expire(self._busy_clock(now))
+        return {tenant: self._weights[(r, tenant)] for r, tenant in self._by_tenant if r == rank}
+
+    def _busy_clock(self, now: float) -> float:
+        """Seconds of work since the start: `now` less the time spent idle."""
+        idle = self._idle_s + (now - self._idle_since if self._idle_since is not None else 0.0)
+        return now - self._started - idle
+
+    def _expire(self, at: float) -> None:
+        horizon = at - self._window_s
+        while self._done and self._done[0][0] <= horizon:
+            _, rank, tenant = self._done.popleft()
+            self._by_class[rank] -= 1
+            key = (rank, tenant)
+            self._by_tenant[key] -= 1
+            if not self._by_tenant[key]:
+                del self._by_tenant[key]
+                del self._weights[key]
+
+
+def measured_wait_s(own: int, class_rate: float, tenant_rate: float, share: float) -> float:
+    """Seconds until a newcomer with `own` of its tenant's requests ahead of it would be
+    dispatched, at the measured pace: its tenant's line drains at the rate its requests
+    finished lately, or at its fair `share` (its weight over the waiting tenants') of the
+    class's rate if that is faster. The share is for a line that was not backlogged
+    through the window, whose rate is its arrivals, not what the fair queue would give
+    it; pass 0 for one that was: its rate is then what the fair queue gives it, which is
+    less than its share while another tenant spends a lead in the virtual counters.
+    Pessimistic when overload begins (the rates are those of the lighter load).
+    """
+    rate = max(tenant_rate, share * class_rate)
+    return math.inf if rate <= 0 else (own + 1) / rate

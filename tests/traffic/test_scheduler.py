@@ -23,9 +23,12 @@ from gateway.traffic.scheduler import (
 )
 from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
+    MIN_DRAIN_SAMPLES,
     ClassLoad,
+    DrainRate,
     ServiceTimeEstimator,
     expected_wait_s,
+    measured_wait_s,
     retry_after_s,
     should_shed,
 )
@@ -64,9 +67,9 @@ def test_token_cost(
 @pytest.mark.parametrize(
     ("counter", "active", "last_idle", "expected", "why"),
     [
-        (0.0, [500.0, 300.0], 0.0, 300.0, "returning tenant starts at the lowest active"),
+        (0.0, [500.0, 300.0], 0.0, 300.0, "returning tenant starts at the lowest waiting"),
         (900.0, [500.0, 300.0], 0.0, 900.0, "a tenant ahead keeps its counter"),
-        (0.0, [], 700.0, 700.0, "nobody active: the last tenant to go idle sets the floor"),
+        (0.0, [], 700.0, 700.0, "nobody waits: the last line to empty sets the floor"),
         (800.0, [], 700.0, 800.0, "never lowered"),
         (0.0, [], 0.0, 0.0, "first tenant ever"),
     ],
@@ -150,8 +153,58 @@ def test_class_load_is_the_capacity_higher_classes_kept_busy_lately() -> None:
         ClassLoad(window_s=0.0)
 
 
-def entry(tenant: str, rank: int = 1, charge: float = 100.0, weight: float = 1.0) -> Entry:
-    return Entry(tenant, weight, "batch" if rank else "interactive", rank, charge, FAR, 0.0)
+def test_drain_rate_is_what_finished_lately_by_class_and_tenant() -> None:
+    drain = DrainRate(started=0.0, window_s=5.0)
+    drain.busy(0.0)
+    for i in range(MIN_DRAIN_SAMPLES - 1):
+        drain.record(1.0 + i * 0.1, 1, "a", 1.0)
+    assert drain.rates(1, "a", 2.0) is None  # too few to say anything
+    drain.record(2.0, 1, "b", 2.0)
+    drain.record(2.0, 0, "a", 1.0)  # another class: not this one's drain
+    # 5 batch requests finished in the 2.5 s since the start (less than a window)
+    assert drain.rates(1, "a", 2.5) == pytest.approx((2.0, 1.6))
+    assert drain.rates(1, "c", 2.5) == pytest.approx((2.0, 0.0))
+    assert drain.weights(1, 2.5) == {"a": 1.0, "b": 2.0}
+    assert drain.rates(1, "a", 10.0) is None  # all left the window
+    assert drain.weights(1, 10.0) == {}
+    with pytest.raises(ValueError, match="window_s"):
+        DrainRate(started=0.0, window_s=0.0)
+
+
+def test_drain_rate_stops_while_idle() -> None:
+    """Time with nothing to do is not drain: after a quiet minute the rates are those of
+    the last busy seconds (not none, which left the first burst to the model)."""
+    drain = DrainRate(started=0.0, window_s=5.0)
+    drain.busy(0.0)
+    for i in range(10):
+        drain.record(5.25 + i * 0.5, 1, "a", 1.0)  # 2/s over the last 5 s
+    drain.idle(10.0)
+    assert drain.rates(1, "a", 70.0) == pytest.approx((2.0, 2.0))
+    drain.busy(70.0)
+    assert drain.rates(1, "a", 72.5) == pytest.approx((1.0, 1.0))  # half left the window
+    assert drain.rates(1, "a", 80.0) is None
+
+
+@pytest.mark.parametrize(
+    ("own", "class_rate", "tenant_rate", "share", "expected"),
+    [
+        (9, 10.0, 2.0, 0.0, 5.0),  # backlogged: its own line's pace, 2/s
+        (9, 10.0, 2.0, 0.5, 2.0),  # not backlogged: at least its share of the class's
+        (9, 10.0, 8.0, 0.5, 1.25),  # faster than its share: the others left it room
+        (0, 4.0, 0.0, 1.0, 0.25),  # an idle tenant alone in the class: the next to go
+        (3, 10.0, 0.0, 0.0, float("inf")),  # backlogged and served nothing: never
+    ],
+)
+def test_measured_wait(
+    own: int, class_rate: float, tenant_rate: float, share: float, expected: float
+) -> None:
+    assert measured_wait_s(own, class_rate, tenant_rate, share) == pytest.approx(expected)
+
+
+def entry(
+    tenant: str, rank: int = 1, charge: float = 100.0, weight: float = 1.0, at: float = 0.0
+) -> Entry:
+    return Entry(tenant, weight, "batch" if rank else "interactive", rank, charge, FAR, at)
 
 
 def test_queue_orders_by_class_then_counter_then_arrival() -> None:
@@ -188,6 +241,41 @@ def test_queue_lifts_to_the_last_idle_counter_when_nobody_is_active() -> None:
     assert queue.counter("a") == 800.0
     queue.push(entry("b"))
     assert queue.counter("b") == 800.0
+
+
+def test_queue_lifts_a_tenant_whose_line_emptied_though_it_has_requests_in_flight() -> None:
+    """The paper's rule: the line, not queued-or-in-flight. Light has a request in flight
+    all along while heavy (lifted to light's 100 on arrival) is served eight; light's
+    next arrival starts at heavy's counter, not at its own 100 (from which it would take
+    the next eight dispatches)."""
+    queue = FairQueue()
+    first = entry("light")
+    queue.push(first)
+    queue.dispatch(first)  # in flight from here on
+    for _ in range(8):
+        e = entry("heavy")
+        queue.push(e)
+        queue.dispatch(e)
+    queue.push(entry("heavy"))  # heavy waits with 900
+    queue.push(entry("light"))
+    assert queue.counter("light") == queue.counter("heavy") == 900.0
+
+
+def test_queue_knows_since_when_a_line_is_backlogged_and_who_waits() -> None:
+    queue = FairQueue()
+    a1, a2, b1 = entry("a", at=5.0), entry("a", at=6.0), entry("b", weight=3.0, at=7.0)
+    for e in (a1, a2, b1):
+        queue.push(e)
+    assert queue.backlogged_since("a", 1) == 5.0
+    assert (queue.line("a", 1), queue.line("b", 1), queue.line("a", 0)) == (2, 1, 0)
+    assert queue.waiting_weights(1) == {"a": 1.0, "b": 3.0}
+    assert queue.waiting_weights(0) == {}
+    queue.dispatch(a1)
+    assert queue.backlogged_since("a", 1) == 5.0  # not a break: a2 waited all along
+    queue.withdraw(a2)
+    assert queue.backlogged_since("a", 1) is None
+    queue.push(entry("a", at=9.0))
+    assert queue.backlogged_since("a", 1) == 9.0
 
 
 def test_queue_completion_refunds_an_overestimate() -> None:
@@ -830,6 +918,30 @@ async def test_lower_classes_wait_while_a_top_class_stream_awaits_its_first_toke
     interactive.release(10, 0, service_s=1.0)  # ended without a first token
     await h.settle()
     assert h.order[-1] == "b2"
+
+
+async def test_admission_counts_on_the_measured_drain_when_it_is_slower_than_the_model() -> None:
+    """Ten slots and 1 s service samples: the model drains a backlog at 10/s. But the line
+    has drained at 2/s for the last five seconds (slots freed slower than the samples say,
+    as when overload begins), so the backlogged tenant's newcomer behind 20 of its own is
+    refused: 10.5 s at the measured pace, over half its 20 s (the model said 2.1 s). A
+    tenant with nothing queued is still admitted: its share of the class's pace is 1/s."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 1000, clock, initial_service_s=1.0))
+    for i in range(40):
+        await h.submit(f"n{i}", tenant="noisy")
+    for _ in range(10):
+        clock.now += 0.5
+        slot, usage = h.running.pop(0)
+        slot.release(*usage, service_s=1.0)
+        await h.settle()
+    assert h.scheduler.snapshot().depth["batch"] == 20
+    assert h.scheduler.expected_wait_s("noisy", 1.0, "batch") == pytest.approx(10.5)
+    with pytest.raises(Shed, match="deadline_unreachable"):
+        await h.scheduler.acquire("noisy", 1.0, "batch", 100, 0, clock.now + 20.0)
+    light = await h.submit("light", tenant="light", deadline=clock.now + 20.0)
+    assert not light.done()  # admitted: 1 s at its share
+    await h.drain()
 
 
 async def test_a_limit_that_grew_is_no_cut_for_admission() -> None:
