@@ -20,8 +20,8 @@ nobody waits (the paper's Algorithm 2), so that time spent below its share is no
 to spend later in a burst. The line, not "queued or in flight": a light tenant always has
 some request in flight, and lifted only when it had none, it banked the service a heavy
 tenant got while it did not ask for it, and then took nearly every dispatch until the
-heavy one's lead was spent (bench/capacity.py, load 5: the noisy tenant served nothing
-for 20 s after the burst that began its overload).
+heavy one's lead was spent (bench/capacity.py --quick --capacity-rps 30, load 5: the
+noisy tenant was served nothing for 20 s after the burst that began its overload).
 
 Strict priority between classes is deliberate: batch waits while interactive work waits,
 and is shed first (its expected wait counts the interactive queue; displacement picks it).
