@@ -41,8 +41,9 @@ noise cancels) >= 0.9. Bisection over [0.3, 1.0] x the bound, 3 steps (quick) or
 passes, the floor is run and stands. The run at the capacity found is also the bare
 engine's load 1 (the gateway's load-1 phases replay its arrivals), and the engine's
 `vllm:num_requests_running`, scraped every 0.25 s in its window, gives `fixed`'s limit.
-The same search runs on the changed engine for each change (`step_scale` 2: every step
-twice as long; full run also `kv_tokens` halved, step time restored).
+In full runs the same search runs on the changed engine for each change (`step_scale` 2:
+every step twice as long; also `kv_tokens` halved, step time restored); quick runs derive
+the changed capacity from the normal one by the ratio of the steady-state bounds.
 
 Modes, one gateway each (its own port, its own state), backend `gpu` over the engine:
     fixed             concurrency.mode fixed, max_concurrency = the mean running count at
@@ -62,9 +63,12 @@ queued then as `deadline_slipped`, seconds late, which the load-5 refusal p99 co
 warm-up (6 s before a mode's first window, so that its unloaded baseline is not the
 gateway's own start-up: its latency limiter measures at half its initial limit, then
 grows, for about 6 s), a settle of 10 s (the wait admission allows a batch request), 11.5
-s after the change, about 3.5 minutes in all. Full: 12 s windows after 3 s (10 s before
-the first; load 5: 10 s), a settle of 20 s (the batch deadline), 20 s after each change, a
-second change phase for `kv_tokens` (no settle), about 15 minutes.
+s after the change, the changed engine's capacity derived, not searched (`derive_capacity`),
+under 3 minutes in all. Full: 12 s windows after 3 s (10 s before the first; load 5: 10 s),
+a settle of 20 s (the batch deadline), 20 s after each change, a second change phase for
+`kv_tokens` (no settle), about 15 minutes. In quick runs `uncontrolled` has no settle (its
+gateway holds nothing back, so there is no queue for one to resolve; it then meets the
+change right after its window, which makes its load-5 figures worse than a full run's).
 
 Metrics (JSON lines with `mode` and `load`; requests are those sent in the measured
 window unless said otherwise):
@@ -119,7 +123,7 @@ each change >= 0.85 of the new capacity from 10 s on, and load 1's token through
 >= 0.95. A table goes to stderr at the end, with the learned limit around the change.
 
     python bench/capacity.py            # about 15 minutes (from the phase lengths)
-    python bench/capacity.py --quick    # the same modes, loads and change, 3.5 minutes
+    python bench/capacity.py --quick    # the same modes, loads and change, under 3 minutes
     python bench/capacity.py --records DIR   # also each phase's raw records, as JSON
     python bench/capacity.py --capacity-rps 30   # no search: the same loads run to run
 
@@ -220,6 +224,9 @@ class Plan:
     measure_s: float
     light_samples: int  # interactive requests the unloaded probe aims for (its length)
     search_steps: int
+    # Whether a change's capacity is measured (a search on the changed engine) or derived
+    # from the normal one (`derive_capacity`).
+    measure_changes: bool
     overload_warm_s: float  # load 5, before its measured window
     overload_measure_s: float  # load 5's window
     # Load 5 goes on this long after its window before the first change, so that the
@@ -227,6 +234,9 @@ class Plan:
     # still counts when it comes later, of a request queued at the change too): the batch
     # deadline in full runs; in quick ones half of it, the wait admission allows.
     overload_settle_s: float
+    # Quick runs save it where the gateway holds nothing back (4096: all go to the engine,
+    # so nothing is admitted to wait); `uncontrolled` then meets the change at once.
+    settle_uncontrolled: bool
     after_change_s: float
     drain_s: float  # after the last arrival, until requests still open are cut
     changes: tuple[str, ...]
@@ -238,9 +248,11 @@ QUICK_PLAN = Plan(
     measure_s=3.0,
     light_samples=24,
     search_steps=3,
+    measure_changes=False,
     overload_warm_s=1.5,
     overload_measure_s=3.0,
     overload_settle_s=10.0,
+    settle_uncontrolled=False,
     after_change_s=11.5,
     drain_s=0.3,
     changes=("step_scale",),
@@ -251,9 +263,11 @@ FULL_PLAN = Plan(
     measure_s=12.0,
     light_samples=120,
     search_steps=4,
+    measure_changes=True,
     overload_warm_s=3.0,
     overload_measure_s=10.0,
     overload_settle_s=20.0,
+    settle_uncontrolled=True,
     after_change_s=20.0,
     drain_s=4.0,
     changes=("step_scale", "kv_tokens"),
@@ -723,6 +737,31 @@ class Bench:
         )
         return capacity
 
+    def derive_capacity(self, state: str, params: EngineParams) -> Capacity:
+        """A changed engine's capacity without a search (quick runs): the normal one scaled
+        by the ratio of the two steady-state bounds, its unloaded TTFT by the inverse.
+        Exact for `step_scale` up to the fixed HTTP costs (every step cost doubles, so the
+        same arrivals at half the rate see the same queues at twice the times); full runs
+        measure it. Two searches found 13.1 and 14.3 req/s where this would give 15.5 and
+        11.9: the search's own noise, whose quick windows pass a rate in one run and fail
+        it in the next."""
+        normal = self.capacity["normal"]
+        scale = bound_rps(params) / bound_rps(ENGINE)
+        unloaded = normal.unloaded_ttft_p99_ms / scale
+        capacity = Capacity(state, normal.rps * scale, unloaded, normal.bare)  # bare: unused
+        self.capacity[state] = capacity
+        emit(
+            "capacity_rps",
+            capacity.rps,
+            "req/s",
+            state=state,
+            bound_rps=round(bound_rps(params), 3),
+            unloaded_ttft_p99_ms=round(capacity.unloaded_ttft_p99_ms, 1),
+            derived=True,
+        )
+        progress(f"capacity ({state}): {capacity.rps:.2f} req/s, derived (x{scale:.2f})")
+        return capacity
+
     def report_probe(self, state: str, probe: Probe, kind: str, baseline: float) -> None:
         params = {"state": state, "probe": kind, "rate_rps": round(probe.rate, 3)}
         emit("probe_ttft_p99_ms", probe.ttft_p99_ms, "ms", **params)
@@ -770,7 +809,8 @@ class Bench:
                 self.summary[(mode, load)] = self.report_load(mode, load, phase)
             for index, name in enumerate(plan.changes):
                 change = changes()[name]
-                settle_s = plan.overload_settle_s if index == 0 else 0.0
+                settles = index == 0 and (mode != "uncontrolled" or plan.settle_uncontrolled)
+                settle_s = plan.overload_settle_s if settles else 0.0
                 phase, changed_at, end = self.change_phase(mode, gateway, change, settle_s)
                 if index == 0:
                     summary = self.report_load(mode, OVERLOAD, phase, before=changed_at)
@@ -1120,6 +1160,9 @@ def measure(
     progress(f"gateways up (fixed limit {limit})")
     for name in bench.plan.changes:
         change = changes()[name]
+        if not bench.plan.measure_changes:
+            bench.derive_capacity(name, change.params)
+            continue
         engine.control(change.control)
         bench.measure_capacity(name, change.params)
         engine.control(change.restore)

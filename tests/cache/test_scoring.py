@@ -66,7 +66,10 @@ async def test_questions_of_one_loop_turn_share_one_pass(
     assert counting.passes == [2]  # the cancelled question was not scored
     for got, q, c in zip(scores, queries, candidates, strict=True):
         assert got == pytest.approx(verifier.score_many(q, c), abs=1e-6)
-    assert await scorer.score_many(queries[1], candidates[1]) == scores[1]
+    # Alone or batched, the same scores up to rounding: on an AVX-512 CPU a batch of two
+    # sums in another order, and the last digits moved (5e-10).
+    alone = await scorer.score_many(queries[1], candidates[1])
+    assert alone == pytest.approx(scores[1], abs=1e-6)
     assert counting.passes == [2, 1]  # a question alone: its own pass, in the next turn
 
 
