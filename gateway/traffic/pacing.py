@@ -63,6 +63,10 @@ class Pacer:
         self._refill(now)
         self._finished.append(now)
 
+    def rate_per_s(self, now: float) -> float | None:
+        """Paced dispatches allowed per second now; None when pacing is off."""
+        return None if self.interval_s <= 0 else 1.0 / self._interval(now)
+
     def wait_s(self, now: float) -> float:
         """Seconds until `ready` (0 if it is)."""
         missing = 1.0 - self._refill(now)

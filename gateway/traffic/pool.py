@@ -172,6 +172,7 @@ class Pool:
             "queued": sum(snap.depth.values()),
             "desired_replicas": round(self.desired_replicas(), 3),
             "start_estimate_s": self._start_estimate_s(),
+            "pace_per_s": _rounded(self.scheduler.pace_per_s()),
             "replicas": replicas,
         }
 
@@ -371,3 +372,7 @@ class Lease:
         self.pool.metrics.upstream_done(self.pool.name, took_s)
         if replica is not None and completed and not self.streamed and usage.completion > 0:
             replica.capacity.observe("per_token", took_s / usage.completion, time.monotonic())
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)

@@ -478,6 +478,10 @@ class FairScheduler:
             and (entry.rank == self._top_rank or self._pacer.ready(now))
         )
 
+    def pace_per_s(self) -> float | None:
+        """Lower-class dispatches per second the pacer allows now (None: not paced)."""
+        return self._pacer.rate_per_s(self._clock())
+
     def set_pace(self, interval_s: float) -> None:
         """Lower classes' dispatches beyond replacing finished requests at most one per
         `interval_s` (gateway.traffic.pacing); 0: no pacing."""

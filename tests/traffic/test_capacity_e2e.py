@@ -146,8 +146,10 @@ def test_the_gateway_learns_what_the_engine_runs_and_queues_the_rest_itself(
     assert max(s["waiting"] for s in late) <= 2  # a probe's excess, until the next cut
     queued = sorted(s["queued"] for s in late)
     assert queued[len(queued) // 2] >= 10  # the other callers wait at the gateway
-    view = capacity_of(gw.url)["replicas"][0]
+    backend = capacity_of(gw.url)
+    view = backend["replicas"][0]
     assert view["source"] == "engine+latency" and view["running"] is not None
+    assert backend["pace_per_s"] > 0  # lower classes paced at about one per engine step
 
 
 def test_without_engine_metrics_latency_bounds_the_limit(

@@ -54,10 +54,13 @@ def test_the_pace_keeps_up_with_completions_faster_than_one_a_step() -> None:
     pacer.take(now)
     expected = RATE_WINDOW_S / (RATE_HEADROOM * 200)
     assert pacer.wait_s(now) == pytest.approx(expected)
+    assert pacer.rate_per_s(now) == pytest.approx(1 / expected)  # /readyz's pace_per_s
     assert expected < 0.02 / 2
     assert pacer.wait_s(now + 5.0) == 0.0  # ready; and completions that old no longer count
     pacer.take(now + 5.0)
     assert pacer.wait_s(now + 5.0) == pytest.approx(0.02)
+    assert pacer.rate_per_s(now + 5.0) == pytest.approx(50.0)  # /readyz: one a 20 ms step
+    assert Pacer().rate_per_s(0.0) is None  # off
 
 
 def test_a_burst_below_one_is_refused() -> None:
