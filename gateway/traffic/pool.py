@@ -178,8 +178,7 @@ class Pool:
 
     def _start_estimate_s(self) -> float | None:
         """The learned start time (None: the backend does not scale, or none measured)."""
-        estimate = self.manager.start_estimate_s() if self.manager is not None else None
-        return None if estimate is None else round(estimate, 3)
+        return _rounded(self.manager.start_estimate_s() if self.manager is not None else None)
 
     async def tune(self, scrape: Scraper) -> None:
         """One control tick: read the engines' metrics, update every replica's limit,

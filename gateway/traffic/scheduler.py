@@ -824,11 +824,12 @@ class FairScheduler:
             future.result().abandon()
 
     def _finish(self, entry: Entry, tokens: float, service_s: float | None) -> None:
+        now = self._clock()
         self._queue.complete(entry, tokens / entry.weight)
-        self._drain.record(self._clock(), entry.rank, entry.tenant, entry.weight)
+        self._drain.record(now, entry.rank, entry.tenant, entry.weight)
         self._in_flight -= 1
         if entry.rank != self._top_rank:  # the pace follows what it paces, not the top class
-            self._pacer.finished(self._clock())
+            self._pacer.finished(now)
         self._in_flight_by_rank[entry.rank] -= 1
         if service_s is not None:
             self._service.observe(service_s)
@@ -838,7 +839,7 @@ class FairScheduler:
             estimator.observe(service_s)
         self._pump(recheck=False)  # a release mostly shortens waits: see RECHECK_INTERVAL_S
         if not self._in_flight and not len(self._queue):
-            self._drain.idle(self._clock())
+            self._drain.idle(now)
 
     def _prefilled(self) -> None:
         self._prefills -= 1
