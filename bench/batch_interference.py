@@ -7,8 +7,10 @@ Set-up, all real processes on loopback (2 cores shared by all of them):
 
 - the engine: bench/fake_engine.py as bench/capacity.py runs it (its published defaults,
   vLLM V1 serving Llama-3.1-8B on one A100 40GB, `--scheduling-policy priority`, model
-  `bench-llm`), with /metrics;
-- one gateway in front of it: backend `engine: vllm`, `priority_scheduling: true` (the
+  `bench-llm`), with /metrics, and `--long-prefill-token-threshold 64` (`--prefill-chunk`;
+  0: vLLM's default, a prompt in one step);
+- one gateway in front of it: backend `engine: vllm`, `priority_scheduling: true`,
+  `prefill_chunk_tokens` the engine's chunk (`--gateway-unaware`: unset) (the
   capacity bench's adaptive-metrics mode; the learned limit, no capacity given), cache off,
   batches on (state and files in a temp dir), `batches.concurrency` 16 (`--batch-concurrency`):
   the default all-jobs cap, so one job may use it (a job's default of 4 lines leaves the
@@ -34,6 +36,7 @@ batch still had lines to run. The gateway's /metrics (`gateway_batch_lines_total
 Metrics (JSON lines; requests are interactive ones sent in the window):
 
     interactive_rate_rps        the offered rate, with the bound it comes from
+    engine_prefill_chunk_tokens the engine's chunk, with the backend's prefill_chunk_tokens
     interactive_ttft_p99_ms     time to the stream's first bytes, by `phase`
     interactive_ttft_p50_ms     its median (is the whole distribution shifted, or the tail?)
     interactive_latency_p99_ms  to `data: [DONE]`, by `phase`
@@ -69,7 +72,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +108,11 @@ BATCH_PROMPT, BATCH_OUTPUT = 256, 64
 HEADER_TIMEOUT_S, CLIENT_TIMEOUT_S = 3.0, 3.75
 KEYS = {name: f"sk-bench-{name}-" + "0" * 32 for name in ("interactive", "batch")}
 SEED = 14
+# The engine computes at most this many prompt tokens of a request a step (vLLM's
+# --long-prefill-token-threshold), and the backend says so (prefill_chunk_tokens): with
+# vLLM's default (no such cap) a 256-token batch prompt fills one ~41 ms step, which an
+# interactive arrival can wait through whole before its own (README "Batch interference").
+PREFILL_CHUNK = 64
 POLL_S = 0.25
 _COMPLETED = re.compile(r'^gateway_batch_lines_total\{outcome="completed"\}\s+(\S+)', re.M)
 
@@ -216,7 +224,19 @@ def mean(values: list[float]) -> float:
 # --- processes ----------------------------------------------------------------------------
 
 
-def gateway_config(engine_url: str, work_dir: Path, batch_concurrency: int) -> dict[str, Any]:
+def gateway_config(
+    engine_url: str, work_dir: Path, batch_concurrency: int, prefill_chunk: int | None
+) -> dict[str, Any]:
+    backend: dict[str, Any] = {
+        "name": "gpu",
+        "kind": "http",
+        "base_url": engine_url + "/v1",
+        "models": [MODEL],
+        "engine": "vllm",
+        "priority_scheduling": True,
+    }
+    if prefill_chunk:
+        backend["prefill_chunk_tokens"] = prefill_chunk
     return {
         "state": {"url": "memory", "path": str(work_dir / "state.json")},
         "cache": {"enabled": False},
@@ -224,16 +244,7 @@ def gateway_config(engine_url: str, work_dir: Path, batch_concurrency: int) -> d
             "concurrency": batch_concurrency,
             "max_concurrency": max(16, batch_concurrency),
         },
-        "backends": [
-            {
-                "name": "gpu",
-                "kind": "http",
-                "base_url": engine_url + "/v1",
-                "models": [MODEL],
-                "engine": "vllm",
-                "priority_scheduling": True,
-            }
-        ],
+        "backends": [backend],
         "tenants": [
             {
                 "name": name,
@@ -413,6 +424,8 @@ class Setup:
     engine: Engine
     gateway: Gateway
     rate: float
+    prefill_chunk: int  # the engine's --long-prefill-token-threshold (0: off)
+    gateway_chunk: int | None  # the backend's prefill_chunk_tokens
 
 
 def unloaded(setup: Setup) -> Window:
@@ -493,6 +506,12 @@ def measure(setup: Setup) -> None:
         bound_rps=round(bound_rps(ENGINE), 2),
         load=LOAD,
     )
+    emit(
+        "engine_prefill_chunk_tokens",
+        setup.prefill_chunk,
+        "tokens",
+        gateway_prefill_chunk_tokens=setup.gateway_chunk,
+    )
     quiet = unloaded(setup)
     report_window(quiet)
     loaded, view, batch, wall = with_batch(setup)
@@ -508,6 +527,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, help="batch lines (default 1,000; quick 300)")
     parser.add_argument("--rate", type=float, help="interactive req/s (default ~10)")
     parser.add_argument("--batch-concurrency", type=int, default=16, help="batches.concurrency")
+    parser.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=PREFILL_CHUNK,
+        help="the engine's --long-prefill-token-threshold and the backend's "
+        f"prefill_chunk_tokens (default {PREFILL_CHUNK}; 0: vLLM's default, off)",
+    )
+    parser.add_argument(
+        "--gateway-unaware",
+        action="store_true",
+        help="leave the backend's prefill_chunk_tokens unset (one step a dispatch)",
+    )
     args = parser.parse_args(argv)
     plan = QUICK_PLAN if args.quick else FULL_PLAN
     if args.lines:
@@ -519,13 +550,16 @@ def main(argv: list[str] | None = None) -> int:
         gateway: Gateway | None = None
         loadgen = CapacityLoadGenerator()
         try:
-            engine = Engine(work_dir)
-            loadgen.start()
-            gateway = start_gateway(
-                gateway_config(engine.url, work_dir, args.batch_concurrency), work_dir
+            engine = Engine(
+                work_dir, replace(ENGINE, long_prefill_token_threshold=args.prefill_chunk)
             )
+            loadgen.start()
+            chunk = None if args.gateway_unaware else args.prefill_chunk or None
+            config = gateway_config(engine.url, work_dir, args.batch_concurrency, chunk)
+            gateway = start_gateway(config, work_dir)
             progress(f"engine {engine.url}, gateway {gateway.url}")
-            measure(Setup(plan, loadgen, engine, gateway, args.rate or interactive_rate()))
+            rate = args.rate or interactive_rate()
+            measure(Setup(plan, loadgen, engine, gateway, rate, args.prefill_chunk, chunk))
         finally:
             loadgen.stop()
             if gateway is not None:

@@ -93,6 +93,9 @@ class EngineParams:
     # (EngineArgs.get_batch_defaults in vllm/engine/arg_utils.py).
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
+    # vLLM's --long-prefill-token-threshold: the most prompt tokens one request computes in
+    # a step (0, the default with one partial prefill at a time, leaves it to the budget).
+    long_prefill_token_threshold: int = 0
     # KV per token, Llama-3-8B: 32 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes
     # = 128 KiB. Left for KV on a 40 GB A100 at gpu_memory_utilization 0.9: 0.9 x 39.4 GiB
     # - 15.0 GiB of weights - ~1.4 GiB of activations and non-torch memory = 19 GiB, i.e.
@@ -125,7 +128,12 @@ class EngineParams:
     def __post_init__(self) -> None:
         counts = (self.max_num_seqs, self.max_num_batched_tokens, self.stream_interval)
         costs = (self.step_a_ms, self.step_b_ms, self.prefill_ms_per_token)
-        if min(counts) < 1 or not 1 <= self.block_size <= self.kv_tokens or min(costs) < 0:
+        if (
+            min(counts) < 1
+            or self.long_prefill_token_threshold < 0
+            or not 1 <= self.block_size <= self.kv_tokens
+            or min(costs) < 0
+        ):
             raise ValueError(f"engine parameters out of range: {self}")
 
 
@@ -371,7 +379,7 @@ class Engine:
                 break
             if request.state != "running":
                 continue  # preempted earlier in this step
-            tokens = min(request.total - request.computed, budget)
+            tokens = self._chunk(request, budget)
             while not self._allocate(request, tokens):
                 victim = self._victim()
                 self._preempt(victim)
@@ -387,7 +395,7 @@ class Engine:
             if len(self.running) >= self.params.max_num_seqs:
                 break
             request = self.waiting.peek()
-            tokens = min(request.total - request.computed, budget)
+            tokens = self._chunk(request, budget)
             if not self._allocate(request, tokens):
                 break
             self._admit(self.waiting.pop())
@@ -395,6 +403,14 @@ class Engine:
             budget -= tokens
         prefill = sum(n for r, n in plan.items() if n > 1 or r.generated == 0)
         return plan, prefill, preempted
+
+    def _chunk(self, request: Request, budget: int) -> int:
+        """The tokens `request` computes this step: the rest of its prompt (and generated
+        tokens, after a preemption) or its decode token, within the budget and, as vLLM V1's
+        scheduler does, at most `long_prefill_token_threshold` when that is set."""
+        tokens = min(request.total - request.computed, budget)
+        limit = self.params.long_prefill_token_threshold
+        return min(tokens, limit) if limit > 0 else tokens
 
     def _admit(self, request: Request) -> None:
         request.state = "running"

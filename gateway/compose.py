@@ -259,7 +259,11 @@ def _pool(
         return CircuitBreaker(traffic.breaker_failures, open_s=traffic.breaker_open_s)
 
     scheduler = FairScheduler(
-        0, traffic.max_queue, output_weight=traffic.output_weight, on_wait=waited
+        0,
+        traffic.max_queue,
+        output_weight=traffic.output_weight,
+        on_wait=waited,
+        prefill_chunk_tokens=backend.prefill_chunk_tokens,
     )
     concurrency = backend.concurrency
     replicas = ReplicaSet(

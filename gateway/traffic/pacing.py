@@ -23,6 +23,15 @@ prompts, 43 to 123 ms, with free replacements and a bucket of two; with neither,
 carried two and none more). The top class is never paced. `interval_s` 0 turns
 pacing off (fixed limits: the hand-set limit is taken to be right). Pure: the caller passes
 `now`.
+
+A dispatch costs the steps its prompt's prefill spans: one, unless the engine caps the
+prompt tokens a request computes in a step (vLLM's `--long-prefill-token-threshold`, the
+backend's `prefill_chunk_tokens`), when a 256-token prompt in 64-token chunks spans four.
+Charging one for it let four batch prompts prefill side by side, a chunk each in every
+step, and an interactive prompt's step carried them all (bench/batch_interference.py, the
+engine chunking at 64, 1,000 lines: interactive time to first token p99 1.98x unloaded
+charging one a dispatch, 1.50x charging four, at 10.4 and 10.1 batch lines/s). Completions
+count in steps too, so the rate rule above compares like with like.
 """
 
 from __future__ import annotations
@@ -43,7 +52,8 @@ class Pacer:
         self._tokens = burst
         self._at: float | None = None
         self.interval_s = 0.0
-        self._finished: deque[float] = deque()
+        self._finished: deque[tuple[float, float]] = deque()  # (when, steps)
+        self._finished_steps = 0.0
 
     def set_interval(self, interval_s: float, now: float) -> None:
         """Tokens accrue at one per `interval_s` at least from now on (0: no pacing)."""
@@ -53,18 +63,20 @@ class Pacer:
     def ready(self, now: float) -> bool:
         return self.interval_s <= 0 or self._refill(now) >= 1.0 - _EPSILON
 
-    def take(self, now: float) -> None:
-        """A paced dispatch happened."""
+    def take(self, now: float, steps: float = 1.0) -> None:
+        """A paced dispatch happened, whose prompt spans `steps` engine steps."""
         if self.interval_s > 0:
-            self._tokens = self._refill(now) - 1.0
+            self._tokens = self._refill(now) - steps
 
-    def finished(self, now: float) -> None:
-        """A paced request finished: the accrual keeps up with the completion rate."""
+    def finished(self, now: float, steps: float = 1.0) -> None:
+        """A paced request of `steps` finished: the accrual keeps up with the completions."""
         self._refill(now)
-        self._finished.append(now)
+        self._finished.append((now, steps))
+        self._finished_steps += steps
 
     def rate_per_s(self, now: float) -> float | None:
-        """Paced dispatches allowed per second now; None when pacing is off."""
+        """Paced prompt steps allowed per second now (dispatches, where each prompt takes
+        one step); None when pacing is off."""
         return None if self.interval_s <= 0 else 1.0 / self._interval(now)
 
     def wait_s(self, now: float) -> float:
@@ -77,11 +89,12 @@ class Pacer:
     def _interval(self, now: float) -> float:
         """One step, or less where lower-class requests finish faster than one a step."""
         horizon = now - RATE_WINDOW_S
-        while self._finished and self._finished[0] <= horizon:
-            self._finished.popleft()
+        while self._finished and self._finished[0][0] <= horizon:
+            self._finished_steps -= self._finished.popleft()[1]
         if not self._finished:
+            self._finished_steps = 0.0  # no float residue from the subtractions
             return self.interval_s
-        return min(self.interval_s, RATE_WINDOW_S / (RATE_HEADROOM * len(self._finished)))
+        return min(self.interval_s, RATE_WINDOW_S / (RATE_HEADROOM * self._finished_steps))
 
     def _refill(self, now: float) -> float:
         if self._at is not None and self.interval_s > 0 and now > self._at:

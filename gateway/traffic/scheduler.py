@@ -78,6 +78,14 @@ Clock = Callable[[], float]
 WaitHook = Callable[[str, float], None]
 
 
+def prefill_steps(input_tokens: int, chunk_tokens: int | None) -> float:
+    """Engine steps a prompt's prefill spans: one, or one per chunk where the engine caps
+    the prompt tokens a request computes in a step (gateway.traffic.pacing)."""
+    if chunk_tokens is None:
+        return 1.0
+    return float(max(1, math.ceil(input_tokens / chunk_tokens)))
+
+
 def token_cost(input_tokens: int, output_tokens: int, weight: float, output_weight: float) -> float:
     """What serving a request adds to its tenant's virtual counter."""
     return (input_tokens + output_weight * output_tokens) / weight
@@ -102,6 +110,7 @@ class Entry:
     deadline: float
     enqueued_at: float
     seq: int = 0
+    steps: float = 1.0  # engine steps its prompt's prefill spans (`prefill_steps`)
 
 
 class FairQueue:
@@ -405,9 +414,13 @@ class FairScheduler:
         initial_service_s: float = 1.0,
         on_wait: WaitHook | None = None,
         admit_fraction: float = ADMIT_WAIT_FRACTION,
+        prefill_chunk_tokens: int | None = None,
     ) -> None:
         if max_concurrency < 0 or max_queue < 0:
             raise ValueError("max_concurrency and max_queue must be >= 0")
+        if prefill_chunk_tokens is not None and prefill_chunk_tokens < 1:
+            raise ValueError("prefill_chunk_tokens must be >= 1")
+        self._prefill_chunk = prefill_chunk_tokens
         if not 0 < admit_fraction <= 1:
             raise ValueError("admit_fraction must be in (0, 1]")
         self._max = max_concurrency
@@ -479,7 +492,8 @@ class FairScheduler:
         )
 
     def pace_per_s(self) -> float | None:
-        """Lower-class dispatches per second the pacer allows now (None: not paced)."""
+        """Lower-class prompt steps per second the pacer allows now: dispatches, where
+        each prompt takes one step (`prefill_steps`); None: not paced."""
         return self._pacer.rate_per_s(self._clock())
 
     def set_pace(self, interval_s: float) -> None:
@@ -509,7 +523,9 @@ class FairScheduler:
         now = self._clock()
         self._drain.busy(now)
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
-        entry = Entry(tenant, weight, priority, self._ranks[priority], charge, deadline, now)
+        steps = prefill_steps(input_tokens, self._prefill_chunk)
+        rank = self._ranks[priority]
+        entry = Entry(tenant, weight, priority, rank, charge, deadline, now, steps=steps)
         if self._dispatchable_at_once(entry, now):
             # Nobody waits before it and it may go: what push, pump and grant would do.
             self._queue.dispatch_at_once(entry)
@@ -790,7 +806,7 @@ class FairScheduler:
     def _start(self, entry: Entry, now: float) -> Slot:
         self._in_flight += 1
         if entry.rank != self._top_rank:
-            self._pacer.take(now)
+            self._pacer.take(now, entry.steps)
         self._in_flight_by_rank[entry.rank] = self._in_flight_by_rank.get(entry.rank, 0) + 1
         self._dispatched[entry.priority] = self._dispatched.get(entry.priority, 0) + 1
         self._load.record(now, entry.rank)
@@ -829,7 +845,7 @@ class FairScheduler:
         self._drain.record(now, entry.rank, entry.tenant, entry.weight)
         self._in_flight -= 1
         if entry.rank != self._top_rank:  # the pace follows what it paces, not the top class
-            self._pacer.finished(now)
+            self._pacer.finished(now, entry.steps)
         self._in_flight_by_rank[entry.rank] -= 1
         if service_s is not None:
             self._service.observe(service_s)

@@ -27,6 +27,7 @@ def test_good_config_parses_with_defaults() -> None:
     assert settings.state.url == "memory"
     assert settings.backends[0].timeouts.read_s == 300
     assert settings.tenants[0].models == ["*"]
+    assert settings.backends[0].prefill_chunk_tokens is None  # a prompt prefills in a step
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,10 @@ def test_good_config_parses_with_defaults() -> None:
         (
             GOOD.replace("models: [m1]", "models: [m1]\n    max_concurency: 3"),
             "good.yaml:5: backends.0.max_concurency: Extra inputs are not permitted",
+        ),
+        (
+            GOOD.replace("models: [m1]", "models: [m1]\n    prefill_chunk_tokens: 0"),
+            "good.yaml:5: backends.0.prefill_chunk_tokens",
         ),
         (GOOD + "    weight: -1\n", "good.yaml:7: tenants.0.weight"),
         (GOOD + "    keys: [{sha256: nothex}]\n", "good.yaml:7: tenants.0.keys.0.sha256"),

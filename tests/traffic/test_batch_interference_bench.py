@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import orjson
 
@@ -10,6 +11,7 @@ from bench.batch_interference import (
     BATCH_PROMPT,
     busy_until,
     completed_lines,
+    gateway_config,
     in_window,
     progress_series,
 )
@@ -46,3 +48,10 @@ def test_busy_until_is_the_first_poll_with_every_line_done() -> None:
 def test_in_window_keeps_requests_sent_in_it() -> None:
     records: list[Record] = [(0, t, 1.0, 2.0, 200, None, False, 16) for t in (0.5, 1.0, 2.0)]
     assert [r[1] for r in in_window(records, (1.0, 2.0))] == [1.0]
+
+
+def test_the_backend_is_told_the_engine_chunk_unless_unaware() -> None:
+    told = gateway_config("http://e", Path("/tmp/x"), 16, 64)["backends"][0]
+    assert told["prefill_chunk_tokens"] == 64
+    unaware = gateway_config("http://e", Path("/tmp/x"), 16, None)["backends"][0]
+    assert "prefill_chunk_tokens" not in unaware

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from bench.fake_engine import EngineParams, steady_capacity
+from bench.fake_engine import Engine, EngineParams, Request, steady_capacity
 from tests.support.processes import ServerProcess, free_port
 
 StartEngine = Callable[..., str]
@@ -114,6 +114,39 @@ async def test_the_kv_budget_limits_running_so_capacity_depends_on_the_mix(
     assert all(r.json()["usage"]["completion_tokens"] == 30 for r in calls.result())
     assert 3 <= stats(long)["max_running"] <= 6
     assert max(usage) > 0.8
+
+
+def plans(engine: Engine, steps: int) -> list[dict[int, int]]:
+    """The tokens each request computes in each of the next `steps` steps, by prompt."""
+    out = []
+    for _ in range(steps):
+        plan, _, _ = engine._schedule()
+        out.append({request.prompt: tokens for request, tokens in plan.items()})
+        engine._complete(plan, time.monotonic())
+    return out
+
+
+def test_a_long_prefill_threshold_chunks_each_prompt_and_leaves_room_for_the_next() -> None:
+    """vLLM V1 caps the prompt tokens one request computes in a step at
+    --long-prefill-token-threshold: a 256-token prompt prefills in four 64-token chunks,
+    and a short prompt arriving meanwhile is admitted in the next step beside a chunk."""
+    chunked = Engine(EngineParams(long_prefill_token_threshold=64))
+    chunked.add(Request(256, 4, 0, stream=False))
+    first = plans(chunked, 1)
+    chunked.add(Request(32, 4, 0, stream=False))
+    rest = plans(chunked, 4)
+    assert first + rest == [
+        {256: 64},
+        {256: 64, 32: 32},
+        {256: 64, 32: 1},
+        {256: 64, 32: 1},
+        {256: 1, 32: 1},
+    ]
+    whole = Engine(EngineParams())
+    whole.add(Request(256, 4, 0, stream=False))
+    assert plans(whole, 1) == [{256: 256}]
+    with pytest.raises(ValueError, match="out of range"):
+        EngineParams(long_prefill_token_threshold=-1)
 
 
 def test_steady_capacity_depends_on_the_mix() -> None:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gateway.traffic.pacing import RATE_HEADROOM, RATE_WINDOW_S, Pacer
-from gateway.traffic.scheduler import FairScheduler
+from gateway.traffic.scheduler import FairScheduler, prefill_steps
 from tests.traffic.test_scheduler import FakeClock, Harness
 
 
@@ -61,6 +61,80 @@ def test_the_pace_keeps_up_with_completions_faster_than_one_a_step() -> None:
     assert pacer.wait_s(now + 5.0) == pytest.approx(0.02)
     assert pacer.rate_per_s(now + 5.0) == pytest.approx(50.0)  # /readyz: one a 20 ms step
     assert Pacer().rate_per_s(0.0) is None  # off
+
+
+def test_a_dispatch_costs_the_steps_its_prompt_spans() -> None:
+    """A 256-token prompt in 64-token chunks prefills over four steps: the next lower-class
+    dispatch waits four intervals, so two prompts never prefill side by side."""
+    pacer = Pacer()
+    pacer.set_interval(0.02, 0.0)
+    pacer.take(0.0, steps=4.0)
+    assert pacer.wait_s(0.0) == pytest.approx(0.08)
+    assert not pacer.ready(0.079)
+    assert pacer.ready(0.0801)
+    assert pacer.rate_per_s(0.0801) == pytest.approx(50.0)  # steps a second, not dispatches
+
+
+def test_completions_count_in_steps_for_the_rate_rule() -> None:
+    """Completions of four-step prompts at 100 a second allow 400 steps a second (with
+    headroom), not 100: the rule never caps what the engine finishes, whatever the cost."""
+    pacer = Pacer()
+    pacer.set_interval(0.02, 0.0)
+    for i in range(200):
+        pacer.finished(i * 0.01, steps=4.0)
+    now = 1.99
+    pacer.take(now, steps=4.0)
+    expected = RATE_WINDOW_S / (RATE_HEADROOM * 800)
+    assert pacer.wait_s(now) == pytest.approx(4 * expected)  # four steps owed
+    assert pacer.rate_per_s(now) == pytest.approx(1 / expected)
+    assert pacer.rate_per_s(now + 5.0) == pytest.approx(50.0)  # old completions forgotten
+
+
+def test_prefill_steps() -> None:
+    assert prefill_steps(5000, None) == 1.0  # the engine prefills a prompt in one step
+    assert prefill_steps(256, 64) == 4.0
+    assert prefill_steps(257, 64) == 5.0
+    assert prefill_steps(10, 64) == 1.0
+    assert prefill_steps(0, 64) == 1.0
+    with pytest.raises(ValueError, match="prefill_chunk_tokens"):
+        FairScheduler(1, 1, prefill_chunk_tokens=0)
+
+
+async def test_the_scheduler_spaces_chunked_prompts_by_their_steps() -> None:
+    """With 64-token chunks, 256-token batch prompts go one per four 20 ms steps; a short
+    prompt costs one step; interactive ones are never paced."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock, prefill_chunk_tokens=64))
+    h.scheduler.set_pace(0.02)
+    for i in range(3):
+        await h.submit(f"b{i}", tenant="jobs", input_tokens=256)
+    assert h.order == ["b0"]
+    await h.submit("i0", tenant="web", priority="interactive", input_tokens=256)
+    assert h.order == ["b0", "i0"]
+    clock.now += 0.06  # three steps: not yet
+    await asyncio.sleep(0.05)
+    await h.settle()
+    assert h.order == ["b0", "i0"]
+    clock.now += 0.02  # the fourth
+    await asyncio.sleep(0.05)
+    await h.settle()
+    assert h.order == ["b0", "i0", "b1"]
+    h.scheduler.set_pace(0.0)
+    await h.drain()
+
+
+async def test_without_chunks_each_prompt_costs_one_step() -> None:
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock))
+    h.scheduler.set_pace(0.02)
+    for i in range(3):
+        await h.submit(f"b{i}", tenant="jobs", input_tokens=256)
+    clock.now += 0.02
+    await asyncio.sleep(0.05)
+    await h.settle()
+    assert h.order == ["b0", "b1"]
+    h.scheduler.set_pace(0.0)
+    await h.drain()
 
 
 def test_a_burst_below_one_is_refused() -> None:
