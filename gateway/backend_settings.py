@@ -158,7 +158,8 @@ class Backend(Strict):
     priority_scheduling: bool = False
     # vLLM started with `--long-prefill-token-threshold N` (a request computes at most N
     # prompt tokens a step): lower-class dispatches are paced a step per N prompt tokens,
-    # so their prompts do not prefill side by side (README "Pacing"). None: one step each.
+    # so their prompts do not prefill side by side (README "Batch beside interactive
+    # traffic"). None: a prompt is one step.
     prefill_chunk_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
     # vLLM started with `--enable-sleep-mode` (and VLLM_SERVER_DEV_MODE=1): an idle last
     # replica sleeps (weights in host memory) before it stops; see README "Scale to zero".

@@ -418,11 +418,11 @@ class FairScheduler:
     ) -> None:
         if max_concurrency < 0 or max_queue < 0:
             raise ValueError("max_concurrency and max_queue must be >= 0")
+        if not 0 < admit_fraction <= 1:
+            raise ValueError("admit_fraction must be in (0, 1]")
         if prefill_chunk_tokens is not None and prefill_chunk_tokens < 1:
             raise ValueError("prefill_chunk_tokens must be >= 1")
         self._prefill_chunk = prefill_chunk_tokens
-        if not 0 < admit_fraction <= 1:
-            raise ValueError("admit_fraction must be in (0, 1]")
         self._max = max_concurrency
         self._ceiling = max_concurrency
         # (since, limit, whether it was a cut), none while 0: `_limit_bounds`
