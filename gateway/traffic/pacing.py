@@ -36,12 +36,21 @@ count in steps too, so the rate rule above compares like with like.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 DEFAULT_BURST = 1.0
 RATE_WINDOW_S = 2.0  # lower-class completions counted for the rate
 RATE_HEADROOM = 1.25  # dispatches may outpace completions by this much, for growth
 _EPSILON = 1e-9  # a token accrued over exactly one interval is a whole one, rounding aside
+
+
+def prefill_steps(input_tokens: int, chunk_tokens: int | None) -> float:
+    """Engine steps a prompt's prefill spans: one, or one per chunk where the engine caps
+    the prompt tokens a request computes in a step (`prefill_chunk_tokens`)."""
+    if chunk_tokens is None:
+        return 1.0
+    return float(max(1, math.ceil(input_tokens / chunk_tokens)))
 
 
 class Pacer:

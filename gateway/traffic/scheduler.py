@@ -59,7 +59,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 
-from gateway.traffic.pacing import Pacer
+from gateway.traffic.pacing import Pacer, prefill_steps
 from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
     ClassLoad,
@@ -76,14 +76,6 @@ DEFAULT_OUTPUT_WEIGHT = 2.0
 
 Clock = Callable[[], float]
 WaitHook = Callable[[str, float], None]
-
-
-def prefill_steps(input_tokens: int, chunk_tokens: int | None) -> float:
-    """Engine steps a prompt's prefill spans: one, or one per chunk where the engine caps
-    the prompt tokens a request computes in a step (gateway.traffic.pacing)."""
-    if chunk_tokens is None:
-        return 1.0
-    return float(max(1, math.ceil(input_tokens / chunk_tokens)))
 
 
 def token_cost(input_tokens: int, output_tokens: int, weight: float, output_weight: float) -> float:

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from gateway.traffic.pacing import RATE_HEADROOM, RATE_WINDOW_S, Pacer
-from gateway.traffic.scheduler import FairScheduler, prefill_steps
+from gateway.traffic.pacing import RATE_HEADROOM, RATE_WINDOW_S, Pacer, prefill_steps
+from gateway.traffic.scheduler import FairScheduler
 from tests.traffic.test_scheduler import FakeClock, Harness
 
 
