@@ -100,7 +100,8 @@ def measure(
     pairs: list[Pair], vectors: dict[str, Embedded], model: PairVerifier, **params: Any
 ) -> None:
     queries = build_queries(pairs, vectors)
-    outcomes = gateway_outcomes(queries, DecisionSettings(), CachedVerifier(model))
+    # The verifier alone (no pair model's second opinion): what this benchmark compares.
+    outcomes = gateway_outcomes(queries, DecisionSettings(), CachedVerifier(model), None)
     correct, false, duplicates, recalled = counts(queries, outcomes)
     hits = correct + false
     emit("precision", round(correct / hits, 4) if hits else None, "ratio", **params)

@@ -73,6 +73,7 @@ from bench.pair_data import (  # noqa: E402
     held_out_pairs,
     load_pairs,
 )
+from cache.cross import PairModel  # noqa: E402
 from cache.decision import DecisionSettings, decide  # noqa: E402
 from cache.embedder import SentenceEncoder, embed_many, load_embedder  # noqa: E402
 from cache.error_bound import DEFAULT_MODEL, NO_EVIDENCE, BoundModel, Evidence, update  # noqa: E402
@@ -135,15 +136,18 @@ class Tally:
 # ---- the stream -------------------------------------------------------------------------
 
 
-def requests_of(queries: list[Query], verifier: CachedVerifier) -> list[Request]:
+def requests_of(
+    queries: list[Query], verifier: CachedVerifier, pair_model: CachedVerifier
+) -> list[Request]:
     shipped = DecisionSettings()
     # every candidate past the guards passes: the best verifier score is the one served
     loose = replace(shipped, verifier_threshold=0.0, unexplained_threshold=0.0)
     out = []
     for q in queries:
-        d = decide(q.pair.b, q.embedded, q.candidates, shipped, verifier)
+        d = decide(q.pair.b, q.embedded, q.candidates, shipped, verifier, pair_model)
         chosen = None if d.index is None else _candidate(q, d.index)
         top = max(range(len(q.candidates)), key=lambda i: q.candidates[i].similarity)
+        # The bound reads the verifier's signal alone, as the gateway's bounded mode does.
         best = decide(q.pair.b, q.embedded, q.candidates, loose, verifier)
         screened = None
         if best.index is not None and best.tier == "semantic":
@@ -253,11 +257,15 @@ def sets(quick: bool) -> Iterator[tuple[str, list[Pair]]]:
 
 
 def run_set(
-    name: str, pairs: list[Pair], encoder: SentenceEncoder, verifier: CachedVerifier, runs: int
+    name: str,
+    pairs: list[Pair],
+    encoder: SentenceEncoder,
+    scorers: tuple[CachedVerifier, CachedVerifier],
+    runs: int,
 ) -> None:
     texts = sorted({t for p in pairs for t in (p.a, p.b)}, key=lambda t: (len(t), t))
     vectors = dict(zip(texts, embed_many(encoder, texts, 64), strict=True))
-    requests = requests_of(build_queries(pairs, vectors), verifier)
+    requests = requests_of(build_queries(pairs, vectors), *scorers)
     duplicates = sum(p.duplicate for p in pairs)
     emit("requests", len(requests), "count", set=name, duplicates=duplicates)
     report_static(requests, name)
@@ -273,10 +281,10 @@ def main() -> None:
     args = parser.parse_args()
     runs = args.runs or (5 if args.quick else 20)
     encoder = load_embedder(device="cpu")
-    verifier = CachedVerifier(PairVerifier.load())
+    scorers = CachedVerifier(PairVerifier.load()), CachedVerifier(PairModel.load())
     emit("settings", runs, "runs", deltas=list(DELTAS), quick=args.quick)
     for name, pairs in sets(args.quick):
-        run_set(name, pairs, encoder, verifier, runs)
+        run_set(name, pairs, encoder, scorers, runs)
 
 
 if __name__ == "__main__":

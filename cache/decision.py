@@ -12,10 +12,17 @@ Tier 1 (the exact request hash) is decided before this module is reached. Here:
   the rest; a candidate passes at the verifier's threshold, or at the stricter
   `unexplained_threshold` when it has a word without a counterpart. The best-scoring
   pass is the hit.
+- The pair model's second opinion (cache/cross.py): when the verifier passes none, the
+  most similar candidate that every guard but "content" lets through is read by the
+  cross-attention pair model, which reads both prompts together, and is a hit at its
+  threshold. It decides the rewordings the content-word rule refuses ("How can I make
+  money blogging?" / "How to earn money with a blog?"), and only those: every other
+  guard still refuses first.
 
 A wrong answer is the worst outcome, so every step can only refuse, and a refusal costs
 one model call. The verifier threshold is chosen on the training split
-(scripts/train_verifier.py, out of fold); the "person" guard and
+(scripts/train_verifier.py, out of fold), the pair model's leave-one-source-out on the
+dev pairs (README "The pair model's second opinion"); the "person" guard and
 `unexplained_threshold` were chosen on the QQP pairs of paraphrase-dev.jsonl (the data
 README allows choosing rules and thresholds there; the verifier never trains on QQP).
 bench/cache_quality.py reports the authored pairs on their held-out half only.
@@ -24,7 +31,7 @@ bench/cache_quality.py reports the authored pairs on their held-out half only.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from cache.embedder import Embedded
@@ -78,6 +85,9 @@ class DecisionSettings:
     # QQP pairs, "books on football" / "books on football strategy" scores 0.9976).
     content_tolerance: int = 1
     unexplained_threshold: float = 0.998
+    pair_model_threshold: float | None = None  # None: the threshold shipped with its weights
+    # The guards whose refusal the pair model may overrule (the others refuse first).
+    pair_model_overrules: frozenset[str] = frozenset({"content"})
     normalized_tier: bool = True
     semantic_tier: bool = True
 
@@ -103,15 +113,24 @@ class Decision:
 @dataclass(frozen=True)
 class Scoring:
     """A semantic decision that waits for the verifier's scores of `allowed` (the
-    candidates every guard let through); `conclude` then decides."""
+    candidates every guard let through); `conclude` then decides. When the verifier passes
+    none, `second_opinion` names the candidate for the pair model, and `reconsider` decides
+    with its score."""
 
     query: bytes  # the query's TokenFeatures bytes
     candidates: Sequence[Candidate]
     allowed: list[int]
     strict: list[bool]  # per allowed candidate: a word without a counterpart
+    # The most similar candidate every guard but "content" let through (None: none did).
+    second: int | None = None
+    refused: str = "guard"  # why, when no candidate is allowed
 
     def features(self) -> list[bytes]:
         return [self.candidates[i].features for i in self.allowed]
+
+    def second_opinion(self, decided: Decision) -> int | None:
+        """The candidate the pair model should read after `decided`, if any."""
+        return None if decided.hit else self.second
 
 
 def decide(
@@ -120,14 +139,20 @@ def decide(
     candidates: Sequence[Candidate],
     settings: DecisionSettings,
     verifier: Verifier | None,
+    pair_model: Verifier | None = None,
 ) -> Decision:
     """Pick the candidate to serve, or none. Pure: same inputs, same decision."""
     step = prepare(query_prompt, query, candidates, settings, verifier is not None)
     if isinstance(step, Decision):
         return step
     assert verifier is not None  # prepare() asks for scores only when there is one
-    scores = verifier.score_many(step.query, step.features())
-    return conclude(step, scores, settings, verifier.threshold)
+    scores = verifier.score_many(step.query, step.features()) if step.allowed else []
+    decided = conclude(step, scores, settings, verifier.threshold)
+    second = step.second_opinion(decided)
+    if second is None or pair_model is None:
+        return decided
+    score = pair_model.score_many(step.query, [step.candidates[second].features])[0]
+    return reconsider(step, decided, score, settings, pair_model.threshold)
 
 
 def prepare(
@@ -171,9 +196,19 @@ def _screened(
         return _miss("truncated")
     screened = {i: _screen(query_form, candidates[i], settings) for i in near}
     allowed = [i for i in near if screened[i][0] is None]
-    if not allowed:
-        return _miss(screened[near[0]][0] or "guard")
-    return Scoring(query.features, candidates, allowed, [screened[i][1] > 0 for i in allowed])
+    # Refused only by guards the pair model may overrule: it may still read it.
+    second = [
+        i
+        for i in near
+        if screened[i][0] is None or _overrulable(query_form, candidates[i], settings)
+    ]
+    refused = screened[near[0]][0] or "guard"
+    if not allowed and not second:
+        return _miss(refused)
+    strict = [screened[i][1] > 0 for i in allowed]
+    return Scoring(
+        query.features, candidates, allowed, strict, second[0] if second else None, refused
+    )
 
 
 def conclude(
@@ -182,6 +217,8 @@ def conclude(
     """The decision, given the verifier's scores of `scoring.features()` in order, and its
     shipped threshold (which `settings.verifier_threshold` overrides)."""
     candidates, allowed = scoring.candidates, scoring.allowed
+    if not allowed:
+        return _miss(scoring.refused)
     base = settings.verifier_threshold
     base = threshold if base is None else base
     strict = max(base, settings.unexplained_threshold)
@@ -196,6 +233,19 @@ def conclude(
         return Decision(None, None, candidates[chosen].similarity, scores[best], "verifier")
     score, chosen = max(passed)
     return Decision(chosen, "semantic", candidates[chosen].similarity, score, "verified")
+
+
+def reconsider(
+    scoring: Scoring, decided: Decision, score: float, settings: DecisionSettings, threshold: float
+) -> Decision:
+    """The decision after the pair model scored `scoring.second_opinion(decided)`: a hit at
+    its threshold (which `settings.pair_model_threshold` overrides), else `decided`."""
+    chosen = scoring.second_opinion(decided)
+    assert chosen is not None
+    bar = settings.pair_model_threshold
+    if score < (threshold if bar is None else bar):
+        return decided
+    return Decision(chosen, "semantic", scoring.candidates[chosen].similarity, score, "pair_model")
 
 
 def _screen(
@@ -214,6 +264,12 @@ def _screen(
     if unexplained > settings.content_tolerance:
         return "guard:content", unexplained
     return None, unexplained
+
+
+def _overrulable(query_form: str, candidate: Candidate, settings: DecisionSettings) -> bool:
+    """Whether every guard that refuses `candidate` is one the pair model may overrule."""
+    others = replace(settings, guards=settings.guards - settings.pair_model_overrules)
+    return _screen(query_form, candidate, others)[0] is None
 
 
 def _truncated(features: bytes) -> bool:

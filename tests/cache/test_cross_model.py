@@ -1,5 +1,5 @@
-"""The cross-attention pair model's numpy port (scripts/cross_model.py) computes the torch
-model's logits, from the float16 file the training script saves."""
+"""The gateway's cross-attention pair model (cache/cross.py, numpy) computes the logits of the
+torch model that trains it (scripts/cross_model.py), from the float16 file training saves."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from cross_model import Cross, NumpyCross, Side, round_to_half, save, torch_batch  # noqa: E402
+from cross_model import Cross, round_to_half, save, torch_batch  # noqa: E402
 
+from cache.cross import CrossModel, Side  # noqa: E402
 from cache.embedder import default_model_path  # noqa: E402
 
 
@@ -32,7 +33,7 @@ def test_the_numpy_port_gives_the_torch_logits_from_the_saved_weights(tmp_path: 
     round_to_half(model)
     path = tmp_path / "cross.safetensors"
     save(model, 0.97, {"seed": 0}, path)
-    ported = NumpyCross.load(path)
+    ported = CrossModel.load(path)
     assert ported.threshold == 0.97
 
     rng = np.random.default_rng(1)

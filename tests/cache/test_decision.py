@@ -1,4 +1,5 @@
-"""The hit decision end to end on the real MiniLM model and the committed verifier.
+"""The hit decision end to end on the real MiniLM model, the committed verifier and the
+committed pair model.
 
 The labelled pairs are written for these tests: paraphrases hit; negations, other
 numbers, swapped directions and one-word contrasts miss.
@@ -11,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from cache.cross import PairModel
 from cache.decision import Candidate, Decision, DecisionSettings, decide
 from cache.embedder import Embedded, SentenceEncoder
 from cache.verifier import PairVerifier
@@ -102,15 +104,26 @@ def candidates(encoder: SentenceEncoder, query: Embedded, prompts: list[str]) ->
     return out
 
 
+_PAIR_MODEL: list[PairModel] = []
+
+
+@pytest.fixture(autouse=True)
+def _shipped_pair_model(pair_model: PairModel) -> None:
+    """`lookup` decides as the gateway does: with the shipped pair model's second opinion."""
+    _PAIR_MODEL[:] = [pair_model]
+
+
 def lookup(
     encoder: SentenceEncoder,
     verifier: PairVerifier,
     query: str,
     cached: list[str],
     settings: DecisionSettings = DEFAULT,
+    second_opinion: bool = True,
 ) -> Decision:
     q = embed(encoder, query)
-    return decide(query, q, candidates(encoder, q, cached), settings, verifier)
+    pair_model = _PAIR_MODEL[0] if second_opinion else None
+    return decide(query, q, candidates(encoder, q, cached), settings, verifier, pair_model)
 
 
 @pytest.mark.parametrize(("query", "cached", "tier"), HITS)
@@ -204,3 +217,75 @@ def test_verifier_scores(encoder: SentenceEncoder, verifier: PairVerifier) -> No
     assert 0.0 <= low < verifier.threshold <= high <= 1.0
     assert verifier.score_many(same[0], [same[1], swapped[1]])[0] == pytest.approx(high, abs=1e-5)
     assert 0.0 < verifier.threshold < 1.0
+
+
+# Rewordings the verifier or the content-word rule refuses, and the pair model serves.
+SECOND_OPINION_HITS = [
+    (
+        "What are the best science fiction novels?",
+        "Which are the best science fiction novels to read?",
+    ),
+    ("How do I make money from blogging?", "How to make money with a blog?"),
+    ("What are some good horror movies?", "Which are the best horror movies to watch?"),
+    ("What is it like to work at a startup?", "What is it really like working at a startup?"),
+]
+
+
+@pytest.mark.parametrize(("query", "cached"), SECOND_OPINION_HITS)
+def test_the_pair_model_serves_rewordings_the_verifier_refuses(
+    encoder: SentenceEncoder, verifier: PairVerifier, query: str, cached: str
+) -> None:
+    for a, b in ((query, cached), (cached, query)):
+        alone = lookup(encoder, verifier, a, [b], second_opinion=False)
+        assert not alone.hit
+        assert alone.reason in ("verifier", "guard:content")
+        decision = lookup(encoder, verifier, a, [b])
+        assert (decision.index, decision.tier, decision.reason) == (0, "semantic", "pair_model")
+        assert decision.verifier_score is not None
+        assert decision.verifier_score >= _PAIR_MODEL[0].threshold
+        stricter = replace(DEFAULT, pair_model_threshold=1.01)
+        assert lookup(encoder, verifier, a, [b], stricter) == alone
+
+
+@pytest.mark.parametrize(
+    ("query", "cached", "guard"),
+    [
+        # the pair model scores these above its threshold: only the content rule is its to undo
+        (
+            "What are the best places to visit in Portugal?",
+            "Which places should I visit in Portugal?",
+            "person",
+        ),
+        (
+            "How can I increase traffic to my website?",
+            "How to increase my website traffic?",
+            "direction",
+        ),
+    ],
+)
+def test_the_pair_model_never_overrules_another_guard(
+    encoder: SentenceEncoder,
+    verifier: PairVerifier,
+    pair_model: PairModel,
+    query: str,
+    cached: str,
+    guard: str,
+) -> None:
+    q, c = embed(encoder, query), embed(encoder, cached)
+    assert pair_model.score_many(q.features, [c.features])[0] >= pair_model.threshold
+    decision = lookup(encoder, verifier, query, [cached])
+    assert (decision.hit, decision.reason) == (False, f"guard:{guard}")
+
+
+def test_the_pair_model_reads_the_most_similar_candidate_the_guards_let_through(
+    encoder: SentenceEncoder, verifier: PairVerifier
+) -> None:
+    query, cached = SECOND_OPINION_HITS[2]
+    closer = "What are some good horror movies you have seen?"  # whose: the person guard
+    q = embed(encoder, query)
+    near = candidates(encoder, q, [closer, cached])
+    assert near[0].similarity > near[1].similarity
+    assert lookup(encoder, verifier, query, [closer]).reason == "guard:person"
+    # The closer candidate another guard refuses does not hide the rewording behind it.
+    decision = lookup(encoder, verifier, query, [closer, cached])
+    assert (decision.index, decision.reason) == (1, "pair_model")

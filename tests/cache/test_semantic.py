@@ -1,12 +1,12 @@
-"""SemanticCache without HTTP: the tiers, background stores that are never dropped, and
-failing open past the lookup budget or when the embedder is saturated. The real MiniLM,
-verifier and local store."""
+"""SemanticCache without HTTP: the tiers, background stores that are never dropped, the
+pair model's second opinion, and failing open past the lookup budget or when the embedder
+is saturated. The real MiniLM, verifier, pair model and local store."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -14,7 +14,8 @@ import anyio
 import orjson
 
 from cache.batching import BatchingEmbedder
-from cache.decision import DecisionSettings
+from cache.cross import PairModel
+from cache.decision import DecisionSettings, Verifier
 from cache.embedder import SentenceEncoder
 from cache.policy import CacheInputs, CacheKey, cache_key
 from cache.scoring import PairScorer
@@ -44,6 +45,8 @@ async def semantic_cache(
     budget_s: float = 30.0,
     failures: list[str] | None = None,
     embedder: BatchingEmbedder | None = None,
+    pair_model: Verifier | None = None,
+    stages: list[str] | None = None,
 ) -> AsyncIterator[SemanticCache]:
     store = LocalCacheStore(tmp_path / "entries.bin", encoder.dimension, 100)
     embedder = embedder or BatchingEmbedder(encoder)
@@ -55,8 +58,10 @@ async def semantic_cache(
             verifier,
             DecisionSettings(),
             tasks,
+            pair_model=pair_model,
             budget_s=budget_s,
             ttl_s=3600,
+            on_stage=lambda stage, seconds: (stages if stages is not None else []).append(stage),
             on_fail=(failures if failures is not None else []).append,
         )
         await store.close()
@@ -187,3 +192,70 @@ async def test_a_busy_loop_that_resumed_a_lookup_late_has_the_next_resume_within
         await anyio.sleep(0.3)  # the slow pass is over: an idle embedder takes a text
         failed, waited = await blocked_lookup()
         assert failed == "budget" and waited < 0.05
+
+
+class Asked:
+    """The shipped pair model, with the candidates it was asked about, and a delay (in its
+    worker thread) to stand for a machine too busy to answer within the budget."""
+
+    def __init__(self, model: PairModel, delay_s: float = 0.0) -> None:
+        self.model = model
+        self.threshold = model.threshold
+        self.delay_s = delay_s
+        self.asked = 0
+
+    def score_many(self, query: bytes, candidates: Sequence[bytes]) -> list[float]:
+        self.asked += len(candidates)
+        time.sleep(self.delay_s)
+        return self.model.score_many(query, candidates)
+
+
+STORED, REWORDED = "What are some good horror movies?", "Which are the best horror movies to watch?"
+
+
+async def stored_one(cache: SemanticCache) -> None:
+    cache.store_later(Answer(key(STORED), "t", "m", ANSWER))
+    with anyio.fail_after(10):  # in the store (a normalised hit), not only pending
+        while (await cache.lookup(key(STORED.lower()))).found is None:
+            await anyio.sleep(0.02)
+
+
+async def test_the_pair_model_serves_what_the_verifier_refused_and_only_without_a_bound(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier, pair_model: PairModel
+) -> None:
+    asked, stages = Asked(pair_model), []
+    async with semantic_cache(
+        tmp_path, encoder, verifier, pair_model=asked, stages=stages
+    ) as cache:
+        await stored_one(cache)
+        looked = await cache.lookup(key(REWORDED))
+        assert looked.found is not None
+        assert (looked.found.tier, looked.found.entry.prompt) == ("semantic", STORED)
+        assert asked.asked == 1
+        assert "pair_model" in stages
+        # The error-bounded mode learns from the verifier's signal alone: no second opinion.
+        bounded = await cache.lookup(key(REWORDED), delta=0.05)
+        assert (bounded.found, bounded.reason, asked.asked) == (None, "refused:guard:content", 1)
+    async with semantic_cache(tmp_path / "none", encoder, verifier) as cache:
+        await stored_one(cache)
+        looked = await cache.lookup(key(REWORDED))
+        assert (looked.found, looked.reason) == (None, "refused:guard:content")
+
+
+async def test_a_pair_model_too_slow_for_the_budget_leaves_the_verifiers_miss(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier, pair_model: PairModel
+) -> None:
+    slow, stages, failures = Asked(pair_model, delay_s=2.0), [], []
+    async with semantic_cache(
+        tmp_path, encoder, verifier, 1.0, failures, pair_model=slow, stages=stages
+    ) as cache:
+        await stored_one(cache)
+        started = time.perf_counter()
+        looked = await cache.lookup(key(REWORDED))
+        waited = time.perf_counter() - started
+    # A miss answered by the model (and stored), not a lookup failed open.
+    assert (looked.found, looked.failed, looked.reason) == (None, None, "refused:guard:content")
+    assert slow.asked == 1
+    assert waited < 1.0
+    assert "pair_model_late" in stages
+    assert failures == []
