@@ -13,11 +13,12 @@ Tier 1 (the exact request hash) is decided before this module is reached. Here:
   `unexplained_threshold` when it has a word without a counterpart. The best-scoring
   pass is the hit.
 - The pair model's second opinion (cache/cross.py): when the verifier passes none, the
-  most similar candidate that every guard but "content" lets through is read by the
-  cross-attention pair model, which reads both prompts together, and is a hit at its
-  threshold. It decides the rewordings the content-word rule refuses ("How can I make
-  money blogging?" / "How to earn money with a blog?"), and only those: every other
-  guard still refuses first.
+  most similar candidate that every guard except those in `pair_model_overrules` (by
+  default the content-word rule alone) lets through is read by the cross-attention pair
+  model, which reads both prompts together, and is a hit at its threshold. It decides the
+  rewordings the content-word rule or the verifier refused ("How do I make money from
+  blogging?" / "How to make money with a blog?"), and only those: every other guard
+  still refuses first.
 
 A wrong answer is the worst outcome, so every step can only refuse, and a refusal costs
 one model call. The verifier threshold is chosen on the training split
@@ -121,7 +122,8 @@ class Scoring:
     candidates: Sequence[Candidate]
     allowed: list[int]
     strict: list[bool]  # per allowed candidate: a word without a counterpart
-    # The most similar candidate every guard but "content" let through (None: none did).
+    # The most similar candidate only guards the pair model may overrule refused, or none
+    # did (None: there is no such candidate).
     second: int | None = None
     refused: str = "guard"  # why, when no candidate is allowed
 

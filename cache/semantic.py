@@ -145,7 +145,7 @@ class SemanticCache:
         # Lookups resumed by one embedder pass share one verifier pass (cache/scoring.py).
         self._scorer = BatchingScorer(verifier) if verifier is not None else None
         self._pair_model = pair_model
-        # One pair-model pass at a time, in a worker thread: 2-3 ms a pair of numpy, which
+        # One pair-model pass at a time, in a worker thread: 3-4 ms a pair of numpy, which
         # on the event loop would hold up every request behind it.
         self._pair_model_slot = anyio.CapacityLimiter(1)
         self._decision = decision

@@ -46,3 +46,13 @@ def test_the_numpy_port_gives_the_torch_logits_from_the_saved_weights(tmp_path: 
     np.testing.assert_allclose(got, want, atol=2e-3)
     alone = [ported.logits([pair])[0] for pair in pairs]
     np.testing.assert_allclose(alone, got, atol=1e-4)  # padding changes nothing
+
+
+def test_the_shipped_weights_are_small_and_say_how_they_were_trained() -> None:
+    from cache.cross import DEFAULT_WEIGHTS
+
+    assert DEFAULT_WEIGHTS.stat().st_size < 25 * 2**20  # the bound on shipped weights
+    shipped = CrossModel.load()
+    assert 0.5 < shipped.threshold < 1.0
+    assert shipped.info["command"].startswith("python scripts/train_cross.py")
+    assert shipped.info["args"]["input_layer"] == "6"  # the stored last-layer vectors
