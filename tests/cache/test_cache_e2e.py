@@ -276,6 +276,18 @@ def test_upstream_errors_are_never_stored(gateway: Gateway, upstream: str) -> No
         time.sleep(0.3)
 
 
+def test_the_pair_model_serves_a_rewording_the_verifier_refused(gateway: Gateway) -> None:
+    """The decision's second opinion through the gateway: the content-word rule refuses
+    this rewording, the pair model (cache/cross.py) serves it."""
+    system = "You recommend films."  # a namespace of this test's own
+    stored(gateway, "What are some good horror movies?", system=system)
+    answer = ask(gateway, "Which are the best horror movies to watch?", system=system)
+    assert (answer.headers["x-cache"], answer.headers["x-cache-tier"]) == ("hit", "semantic")
+    assert content(answer) == "echo: What are some good horror movies?"
+    text = httpx.get(gateway.url + "/metrics").text
+    assert 'gateway_cache_lookup_seconds_count{stage="pair_model"}' in text
+
+
 def test_metrics_count_hits_misses_and_stages(gateway: Gateway) -> None:
     text = httpx.get(gateway.url + "/metrics").text
     assert 'result="hit",tenant="a",tier="exact"' in text
