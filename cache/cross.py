@@ -97,9 +97,15 @@ class _Layer:
         return _layer_norm(x + h @ self.down[0] + self.down[1], *self.ln2)
 
 
-class CrossModel:
-    """The trained model's logits and probabilities, from the file scripts/cross_model.py's
-    `save` wrote (float16 tensors; `threshold` and `info` in its metadata)."""
+def side(features: bytes) -> Side:
+    f = TokenFeatures.from_bytes(features)
+    return f.ids, f.embeddings.astype(np.float32)
+
+
+class PairModel:
+    """The trained model, from the file scripts/cross_model.py's `save` wrote (float16
+    tensors; `threshold` and `info` in its metadata). `threshold` and `score_many` over
+    feature bytes are what the decision asks of it (cache/decision.py `Verifier`)."""
 
     def __init__(
         self, tensors: dict[str, F32], layers: int, threshold: float, info: dict[str, Any]
@@ -111,7 +117,7 @@ class CrossModel:
         self.info = info
 
     @classmethod
-    def load(cls, path: Path = DEFAULT_WEIGHTS) -> CrossModel:
+    def load(cls, path: Path = DEFAULT_WEIGHTS) -> PairModel:
         from safetensors import safe_open
         from safetensors.numpy import load_file
 
@@ -139,24 +145,6 @@ class CrossModel:
             return []
         return [1.0 / (1.0 + math.exp(-float(x))) for x in self.logits(pairs)]
 
-
-def side(features: bytes) -> Side:
-    f = TokenFeatures.from_bytes(features)
-    return f.ids, f.embeddings.astype(np.float32)
-
-
-class PairModel:
-    """The cross model over stored token features, as the decision asks it (cache/decision.py
-    `Verifier`): the probability that one answer serves both, and the threshold to pass."""
-
-    def __init__(self, model: CrossModel, threshold: float | None = None) -> None:
-        self.model = model
-        self.threshold = model.threshold if threshold is None else threshold
-
-    @classmethod
-    def load(cls, path: Path = DEFAULT_WEIGHTS) -> PairModel:
-        return cls(CrossModel.load(path))
-
     def score_many(self, query: bytes, candidates: Sequence[bytes]) -> list[float]:
         # The cached prompt first, the query second, as in training (which saw both orders).
-        return self.model.probabilities([(side(c), side(query)) for c in candidates])
+        return self.probabilities([(side(c), side(query)) for c in candidates])

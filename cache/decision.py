@@ -199,10 +199,11 @@ def _screened(
     screened = {i: _screen(query_form, candidates[i], settings) for i in near}
     allowed = [i for i in near if screened[i][0] is None]
     # Refused only by guards the pair model may overrule: it may still read it.
+    others = replace(settings, guards=settings.guards - settings.pair_model_overrules)
     second = [
         i
         for i in near
-        if screened[i][0] is None or _overrulable(query_form, candidates[i], settings)
+        if screened[i][0] is None or _screen(query_form, candidates[i], others)[0] is None
     ]
     refused = screened[near[0]][0] or "guard"
     if not allowed and not second:
@@ -266,12 +267,6 @@ def _screen(
     if unexplained > settings.content_tolerance:
         return "guard:content", unexplained
     return None, unexplained
-
-
-def _overrulable(query_form: str, candidate: Candidate, settings: DecisionSettings) -> bool:
-    """Whether every guard that refuses `candidate` is one the pair model may overrule."""
-    others = replace(settings, guards=settings.guards - settings.pair_model_overrules)
-    return _screen(query_form, candidate, others)[0] is None
 
 
 def _truncated(features: bytes) -> bool:

@@ -1,7 +1,7 @@
 """The cross-attention pair model's torch side: the model scripts/train_cross.py trains, and
 the float16 file it saves (cache/weights/cross.safetensors).
 
-`Cross` computes what cache/cross.py's `CrossModel` computes in numpy (the gateway does not
+`Cross` computes what cache/cross.py's `PairModel` computes in numpy (the gateway does not
 import torch): two post-norm BERT layers, initialised from the packaged MiniLM's top two
 layers, over both prompts' token states end to end, a segment vector per side, a "shared"
 vector on word pieces found on both sides, a linear head over both [CLS] outputs.

@@ -15,7 +15,7 @@ if str(SCRIPTS) not in sys.path:
 
 from cross_model import Cross, round_to_half, save, torch_batch  # noqa: E402
 
-from cache.cross import CrossModel, Side  # noqa: E402
+from cache.cross import PairModel, Side  # noqa: E402
 from cache.embedder import default_model_path  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def test_the_numpy_port_gives_the_torch_logits_from_the_saved_weights(tmp_path: 
     round_to_half(model)
     path = tmp_path / "cross.safetensors"
     save(model, 0.97, {"seed": 0}, path)
-    ported = CrossModel.load(path)
+    ported = PairModel.load(path)
     assert ported.threshold == 0.97
 
     rng = np.random.default_rng(1)
@@ -52,7 +52,7 @@ def test_the_shipped_weights_are_small_and_say_how_they_were_trained() -> None:
     from cache.cross import DEFAULT_WEIGHTS
 
     assert DEFAULT_WEIGHTS.stat().st_size < 25 * 2**20  # the bound on shipped weights
-    shipped = CrossModel.load()
+    shipped = PairModel.load()
     assert 0.5 < shipped.threshold < 1.0
     assert shipped.info["command"].startswith("python scripts/train_cross.py")
     assert shipped.info["args"]["input_layer"] == "6"  # the stored last-layer vectors

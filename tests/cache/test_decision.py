@@ -7,6 +7,7 @@ numbers, swapped directions and one-word contrasts miss.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -104,13 +105,8 @@ def candidates(encoder: SentenceEncoder, query: Embedded, prompts: list[str]) ->
     return out
 
 
-_PAIR_MODEL: list[PairModel] = []
-
-
-@pytest.fixture(autouse=True)
-def _shipped_pair_model(pair_model: PairModel) -> None:
-    """`lookup` decides as the gateway does: with the shipped pair model's second opinion."""
-    _PAIR_MODEL[:] = [pair_model]
+# `lookup` decides as the gateway does: with the shipped pair model's second opinion.
+_shipped_pair_model = functools.cache(PairModel.load)
 
 
 def lookup(
@@ -122,7 +118,7 @@ def lookup(
     second_opinion: bool = True,
 ) -> Decision:
     q = embed(encoder, query)
-    pair_model = _PAIR_MODEL[0] if second_opinion else None
+    pair_model = _shipped_pair_model() if second_opinion else None
     return decide(query, q, candidates(encoder, q, cached), settings, verifier, pair_model)
 
 
@@ -242,7 +238,7 @@ def test_the_pair_model_serves_rewordings_the_verifier_refuses(
         decision = lookup(encoder, verifier, a, [b])
         assert (decision.index, decision.tier, decision.reason) == (0, "semantic", "pair_model")
         assert decision.verifier_score is not None
-        assert decision.verifier_score >= _PAIR_MODEL[0].threshold
+        assert decision.verifier_score >= _shipped_pair_model().threshold
         stricter = replace(DEFAULT, pair_model_threshold=1.01)
         assert lookup(encoder, verifier, a, [b], stricter) == alone
 
@@ -266,12 +262,12 @@ def test_the_pair_model_serves_rewordings_the_verifier_refuses(
 def test_the_pair_model_never_overrules_another_guard(
     encoder: SentenceEncoder,
     verifier: PairVerifier,
-    pair_model: PairModel,
     query: str,
     cached: str,
     guard: str,
 ) -> None:
     q, c = embed(encoder, query), embed(encoder, cached)
+    pair_model = _shipped_pair_model()
     assert pair_model.score_many(q.features, [c.features])[0] >= pair_model.threshold
     decision = lookup(encoder, verifier, query, [cached])
     assert (decision.hit, decision.reason) == (False, f"guard:{guard}")
