@@ -58,6 +58,9 @@ entries, level (gateway, component), index (flat, hnsw):
                                               (hit or not, from each answer's Server-Timing)
     fail_open_fraction                        semantic: answers whose lookup failed open
                                               (any reason) / all answers
+    embedder_busy_fraction, embed_ms_per_text semantic: the embedder's pass time over the
+                                              rounds' wall time, and per text embedded
+                                              (gateway_cache_embedder_*_total)
     target_met                                1/0: semantic hit p50 < 15 ms, exact hit p50
                                               < 2 ms (gateway, concurrency 1)
     embed_alone_p50_ms, embed_alone_p90_ms    the forward pass alone for one semantic query
@@ -255,6 +258,15 @@ class Client:
         sums, counts = found["_sum"], found["_count"]
         return {stage: (sums.get(stage, 0.0), counts[stage]) for stage in counts}
 
+    def embedder_totals(self) -> tuple[float, float]:
+        """gateway_cache_embedder_busy_seconds_total and _texts_total."""
+        found = {"busy_seconds": 0.0, "texts": 0.0}
+        for line in self._http.get(self.metrics_url).text.splitlines():
+            for name in found:
+                if line.startswith(f"gateway_cache_embedder_{name}_total "):
+                    found[name] = float(line.rsplit(" ", 1)[1])
+        return found["busy_seconds"], found["texts"]
+
     def fail_opens(self) -> float:
         text = self._http.get(self.metrics_url).text
         head = "gateway_cache_fail_open_total{"
@@ -382,6 +394,9 @@ class Series:
     cache_waits_ms: list[float] = field(default_factory=list)
     stage_s: dict[str, float] = field(default_factory=dict)
     stage_n: dict[str, float] = field(default_factory=dict)
+    embed_busy_s: float = 0.0  # the embedder's pass time during the gateway's rounds
+    embed_texts: float = 0.0
+    wall_s: float = 0.0  # the gateway's rounds, as the bench timed them
 
     def add(self, result: CacheRoundResult) -> None:
         self.latencies_ms.extend(result.latencies_ms)
@@ -455,8 +470,14 @@ class GatewayBench:
         for index in range(plan.pairs):
             direct.add(self._round("direct", kind, bodies, concurrency, plan.round_s))
             stages, cpu = self.client.stages(), cpu_seconds(self.pid)
+            busy, texts = self.client.embedder_totals()
+            started = time.monotonic()
             result = self._round("gateway", kind, bodies, concurrency, seconds)
+            gateway.wall_s += time.monotonic() - started
             gateway.gateway_cpu_s += cpu_seconds(self.pid) - cpu
+            busy_after, texts_after = self.client.embedder_totals()
+            gateway.embed_busy_s += busy_after - busy
+            gateway.embed_texts += texts_after - texts
             after = self.client.stages()
             for stage, (total, n) in after.items():
                 was_total, was_n = stages.get(stage, (0.0, 0.0))
@@ -504,6 +525,7 @@ class GatewayBench:
                 **params,
             )
             report_stages(series.stage_s, series.stage_n, params)
+            report_embedder(series, params)
         if series.other:
             progress(f"  {kind} c={concurrency}: answers not counted: {series.other}")
         if series.errors:
@@ -535,6 +557,18 @@ class GatewayBench:
                 level="gateway",
                 embedder=self.embedder,
             )
+
+
+def report_embedder(series: Series, params: dict[str, Any]) -> None:
+    """How busy the embedder was during the rounds, and what a text cost it: many
+    lookups failing open while it was mostly idle means bursts or a late event loop, not
+    the model, kept them out (README, "Concurrency 64")."""
+    if series.wall_s > 0:
+        fraction = series.embed_busy_s / series.wall_s
+        emit("embedder_busy_fraction", round(fraction, 4), "ratio", **params)
+    if series.embed_texts:
+        per_text = series.embed_busy_s / series.embed_texts * 1000.0
+        emit("embed_ms_per_text", round(per_text, 3), "ms", **params)
 
 
 def report_stages(

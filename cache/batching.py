@@ -115,6 +115,11 @@ class BatchingEmbedder:
         self._running_until: float | None = None  # expected end of the pass in progress
         self._resume_s = 0.0  # how late callers resume after their pass ended, smoothed
         self.refused = 0  # texts refused with EmbedderBusy
+        # What the passes did, for `stats()`: their time in the embedder's thread (the
+        # model's work alone), the texts they embedded, how many there were.
+        self.busy_s = 0.0
+        self.texts = 0
+        self.passes = 0
 
     async def start(self) -> None:
         if self._dispatcher is not None:
@@ -184,6 +189,18 @@ class BatchingEmbedder:
         finally:  # given up past its budget too: it resumed at least this late
             if request.ended is not None:
                 self._resumed(time.monotonic() - request.ended)
+
+    def stats(self) -> dict[str, float]:
+        """Totals since start: `busy_s` over wall time is how busy the embedder was, and
+        `busy_s / texts` what a text cost: with lookups failing open (`refused`) while the
+        embedder was mostly idle, the lookups came in bursts or the event loop resumed
+        them late; with it busy, the model is the limit."""
+        return {
+            "busy_s": self.busy_s,
+            "texts": self.texts,
+            "passes": self.passes,
+            "refused": self.refused,
+        }
 
     def _resumed(self, seconds: float) -> None:
         self._resume_s += _RESUME_SMOOTHING * (max(0.0, seconds) - self._resume_s)
@@ -270,6 +287,9 @@ class BatchingEmbedder:
         finally:
             self._running_until = None
         self.times.observe(len(live), ended - started)
+        self.busy_s += ended - started
+        self.texts += len(live)
+        self.passes += 1
         for r, result in zip(live, results, strict=True):
             r.ended = ended
             if not r.future.done():

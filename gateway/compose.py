@@ -541,7 +541,7 @@ async def build_cache(
     store = _cache_store(settings, encoder.dimension)
     await store.start(tasks)
     stack.push_async_callback(store.close)
-    metrics.add_snapshots(lambda: _cache_metrics(store.stats()))
+    metrics.add_snapshots(lambda: _cache_metrics(store.stats(), embedder.stats()))
     return SemanticCache(
         store,
         embedder,
@@ -662,11 +662,19 @@ def _capacity_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
     return [limit, on_replica, *engine.values(), desired]
 
 
-def _cache_metrics(stats: dict[str, int]) -> Iterable[Metric]:
+def _cache_metrics(stats: dict[str, int], embedder: dict[str, float]) -> Iterable[Metric]:
     entries = gauge("gateway_cache_entries", "Entries in the cache.", [])
     entries.add_metric([], stats.get("entries", 0))
     evictions = counter("gateway_cache_evictions", "Entries evicted (LRU).", [])
     evictions.add_metric([], stats.get("evictions", 0))
     expired = counter("gateway_cache_expired", "Entries removed after their TTL.", [])
     expired.add_metric([], stats.get("expired", 0))
-    return [entries, evictions, expired]
+    busy = counter(
+        "gateway_cache_embedder_busy_seconds",
+        "Time the embedder's passes took (its rate: the fraction of time it was busy).",
+        [],
+    )
+    busy.add_metric([], embedder["busy_s"])
+    texts = counter("gateway_cache_embedder_texts", "Texts the embedder embedded.", [])
+    texts.add_metric([], embedder["texts"])
+    return [entries, evictions, expired, busy, texts]

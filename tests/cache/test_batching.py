@@ -136,3 +136,17 @@ def test_pass_times_tell_the_fixed_cost_from_the_cost_per_text() -> None:
         times.observe(texts, 0.002 + 0.003 * texts)
     assert abs(times.fixed_s - 0.002) < 1e-9 and abs(times.seconds(8) - 0.026) < 1e-9
     assert abs(times.seconds(16, passes=2) - 0.052) < 1e-9
+
+
+async def test_stats_count_the_passes_their_texts_and_their_time(encoder: SentenceEncoder) -> None:
+    """What the gateway exports as gateway_cache_embedder_{busy_seconds,texts}_total: the
+    time counted is the passes' own (a model of 20 ms a text), not the time between them."""
+    slow = SlowEncoder(encoder, per_text_s=0.02, one_answer=True)
+    async with BatchingEmbedder(slow, window_ms=0, max_batch=8) as embedder:
+        assert embedder.stats() == {"busy_s": 0.0, "texts": 0, "passes": 0, "refused": 0}
+        await asyncio.gather(*(embedder.embed(t, within_s=60) for t in TEXTS[:4]))
+        await asyncio.sleep(0.1)  # idle time is not busy time
+        await embedder.embed(TEXTS[4])
+        stats = embedder.stats()
+    assert stats["texts"] == 5 and stats["passes"] == len(slow.sizes) >= 2
+    assert 0.1 <= stats["busy_s"] < 0.18

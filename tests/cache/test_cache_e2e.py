@@ -296,6 +296,13 @@ def test_metrics_count_hits_misses_and_stages(gateway: Gateway) -> None:
     assert 'gateway_cache_lookup_seconds_bucket{le="0.01",stage="search"}' in text
     entries = [line for line in text.splitlines() if line.startswith("gateway_cache_entries ")]
     assert entries and float(entries[0].split()[1]) >= 5
+    totals = {
+        name: float(value)
+        for name, value in (line.split() for line in text.splitlines() if line[:1] != "#")
+        if name.startswith("gateway_cache_embedder_")
+    }
+    assert totals["gateway_cache_embedder_texts_total"] >= 5  # the stored prompts at least
+    assert 0 < totals["gateway_cache_embedder_busy_seconds_total"] < 60
 
 
 def test_ttl_expiry_and_lru_eviction(

@@ -31,6 +31,8 @@ METRICS: dict[str, Metric] = {
     "gateway_cache_lookups_total": _m("counter", "tenant", "model", "result", "tier"),
     "gateway_cache_lookup_seconds": _m("histogram", "stage"),
     "gateway_cache_entries": _m("gauge"),
+    "gateway_cache_embedder_busy_seconds_total": _m("counter"),
+    "gateway_cache_embedder_texts_total": _m("counter"),
     "gateway_queue_depth": _m("gauge", "backend", "class"),
     "gateway_queue_wait_seconds": _m("histogram", "backend", "class"),
     "gateway_shed_total": _m("counter", "backend", "class", "reason"),
