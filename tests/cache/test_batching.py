@@ -145,8 +145,8 @@ async def test_stats_count_the_passes_their_texts_and_their_time(encoder: Senten
     async with BatchingEmbedder(slow, window_ms=0, max_batch=8) as embedder:
         assert embedder.stats() == {"busy_s": 0.0, "texts": 0, "passes": 0, "refused": 0}
         await asyncio.gather(*(embedder.embed(t, within_s=60) for t in TEXTS[:4]))
-        await asyncio.sleep(0.1)  # idle time is not busy time
+        await asyncio.sleep(0.5)  # idle time is not busy time
         await embedder.embed(TEXTS[4])
         stats = embedder.stats()
     assert stats["texts"] == 5 and stats["passes"] == len(slow.sizes) >= 2
-    assert 0.1 <= stats["busy_s"] < 0.18
+    assert 0.1 <= stats["busy_s"] < 0.4  # 0.6 and more with the idle half second

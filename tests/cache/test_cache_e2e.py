@@ -298,7 +298,7 @@ def test_metrics_count_hits_misses_and_stages(gateway: Gateway) -> None:
     assert entries and float(entries[0].split()[1]) >= 5
     totals = {
         name: float(value)
-        for name, value in (line.split() for line in text.splitlines() if line[:1] != "#")
+        for name, value in (line.rsplit(" ", 1) for line in text.splitlines())
         if name.startswith("gateway_cache_embedder_")
     }
     assert totals["gateway_cache_embedder_texts_total"] >= 5  # the stored prompts at least
