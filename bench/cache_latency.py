@@ -246,26 +246,9 @@ class Client:
             raise RuntimeError(f"{prompt!r}: HTTP {response.status_code} {response.text[:200]}")
         return response
 
-    def stages(self) -> dict[str, tuple[float, float]]:
-        """gateway_cache_lookup_seconds (sum, count) by stage."""
-        found: dict[str, dict[str, float]] = {"_sum": {}, "_count": {}}
-        for line in self._http.get(self.metrics_url).text.splitlines():
-            for suffix, values in found.items():
-                head = f'gateway_cache_lookup_seconds{suffix}{{stage="'
-                if line.startswith(head):
-                    stage = line[len(head) :].split('"', 1)[0]
-                    values[stage] = float(line.rsplit(" ", 1)[1])
-        sums, counts = found["_sum"], found["_count"]
-        return {stage: (sums.get(stage, 0.0), counts[stage]) for stage in counts}
-
-    def embedder_totals(self) -> tuple[float, float]:
-        """gateway_cache_embedder_busy_seconds_total and _texts_total."""
-        found = {"busy_seconds": 0.0, "texts": 0.0}
-        for line in self._http.get(self.metrics_url).text.splitlines():
-            for name in found:
-                if line.startswith(f"gateway_cache_embedder_{name}_total "):
-                    found[name] = float(line.rsplit(" ", 1)[1])
-        return found["busy_seconds"], found["texts"]
+    def scrape(self) -> str:
+        """The gateway's /metrics page, read once for `stage_totals` and `embedder_totals`."""
+        return self._http.get(self.metrics_url).text
 
     def fail_opens(self) -> float:
         text = self._http.get(self.metrics_url).text
@@ -276,6 +259,29 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+
+
+def stage_totals(metrics: str) -> dict[str, tuple[float, float]]:
+    """gateway_cache_lookup_seconds (sum, count) by stage, from a /metrics page."""
+    found: dict[str, dict[str, float]] = {"_sum": {}, "_count": {}}
+    for line in metrics.splitlines():
+        for suffix, values in found.items():
+            head = f'gateway_cache_lookup_seconds{suffix}{{stage="'
+            if line.startswith(head):
+                stage = line[len(head) :].split('"', 1)[0]
+                values[stage] = float(line.rsplit(" ", 1)[1])
+    sums, counts = found["_sum"], found["_count"]
+    return {stage: (sums.get(stage, 0.0), counts[stage]) for stage in counts}
+
+
+def embedder_totals(metrics: str) -> tuple[float, float]:
+    """gateway_cache_embedder_busy_seconds_total and _texts_total, from a /metrics page."""
+    found = {"busy_seconds": 0.0, "texts": 0.0}
+    for line in metrics.splitlines():
+        for name in found:
+            if line.startswith(f"gateway_cache_embedder_{name}_total "):
+                found[name] = float(line.rsplit(" ", 1)[1])
+    return found["busy_seconds"], found["texts"]
 
 
 def store_prompts(client: Client, prompts: list[str], deadline_s: float = 120.0) -> None:
@@ -469,17 +475,17 @@ class GatewayBench:
         gateway = Series()
         for index in range(plan.pairs):
             direct.add(self._round("direct", kind, bodies, concurrency, plan.round_s))
-            stages, cpu = self.client.stages(), cpu_seconds(self.pid)
-            busy, texts = self.client.embedder_totals()
+            before, cpu = self.client.scrape(), cpu_seconds(self.pid)
             started = time.monotonic()
             result = self._round("gateway", kind, bodies, concurrency, seconds)
             gateway.wall_s += time.monotonic() - started
             gateway.gateway_cpu_s += cpu_seconds(self.pid) - cpu
-            busy_after, texts_after = self.client.embedder_totals()
+            after = self.client.scrape()
+            (busy, texts), (busy_after, texts_after) = map(embedder_totals, (before, after))
             gateway.embed_busy_s += busy_after - busy
             gateway.embed_texts += texts_after - texts
-            after = self.client.stages()
-            for stage, (total, n) in after.items():
+            stages = stage_totals(before)
+            for stage, (total, n) in stage_totals(after).items():
                 was_total, was_n = stages.get(stage, (0.0, 0.0))
                 gateway.stage_s[stage] = gateway.stage_s.get(stage, 0.0) + total - was_total
                 gateway.stage_n[stage] = gateway.stage_n.get(stage, 0.0) + n - was_n
