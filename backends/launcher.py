@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import aiohttp
 
 from backends.errors import LaunchError
+from backends.spawn import Child, spawn
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,13 +27,11 @@ class LocalProcess:
         self._command = list(command)
         self._env = {**os.environ, **env}
         self._ready_url = ready_url
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: Child | None = None
 
     async def start(self, timeout_s: float) -> None:
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                *self._command, env=self._env, start_new_session=True
-            )
+        try:  # not the event loop's fork: see backends/spawn.py
+            self._process = await spawn(self._command, env=self._env, start_new_session=True)
         except OSError as exc:
             raise LaunchError(f"cannot start {self._command[0]!r}: {exc.strerror}") from exc
         await self._wait_ready(timeout_s)

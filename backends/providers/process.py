@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO
 
 import anyio
-from anyio.abc import Process, TaskGroup
+from anyio.abc import TaskGroup
 
 from backends.errors import LaunchError
 from backends.launcher import free_port
@@ -42,6 +42,7 @@ from backends.providers.restart_policy import (
     consecutive_failures,
     restart_delay,
 )
+from backends.spawn import Child, spawn
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class ProcessTimings:
 class _Slot:
     id: str
     stopping: bool = False
-    process: Process | None = None
+    process: Child | None = None
     replica: Replica | None = None
     ready_since: float | None = None  # anyio.current_time() when its probe passed
     scope: anyio.CancelScope | None = None
@@ -201,11 +202,11 @@ class ProcessProvider:
         code = await process.wait()
         return f"exited with code {code}" if code >= 0 else f"killed by signal {-code}"
 
-    async def _open(self, port: int) -> Process:
+    async def _open(self, port: int) -> Child:
         env = {**os.environ, **self._launch.env, "WORKER_SPAWNED_AT": f"{self._clock():.6f}"}
         log = await self._open_log()
         try:
-            return await anyio.open_process(
+            return await spawn(  # not the event loop's fork: see backends/spawn.py
                 self._command(port),
                 stdout=log,
                 stderr=log,
@@ -232,7 +233,7 @@ class ProcessProvider:
         }
         return [_substitute(part, values) for part in self._launch.command]
 
-    async def _wait_ready(self, process: Process, url: str) -> bool:
+    async def _wait_ready(self, process: Child, url: str) -> bool:
         """True once `url` answers 200; False if the process exits or the time runs out."""
         with anyio.move_on_after(self._timings.ready_timeout_s):
             while process.returncode is None:

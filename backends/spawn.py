@@ -1,0 +1,88 @@
+"""Starting a child process from the gateway without running fork handlers.
+
+The event loop's own subprocess support (uvloop's, through libuv) starts a child with
+fork(), and fork() first runs every `pthread_atfork` handler that a loaded library
+registered, in the forking thread, which holds the GIL. NumPy's OpenBLAS registers one
+that stops its thread pool and waits for it: while another thread of the gateway (the
+cache's pair model, scoring in a worker thread) is in a matrix product and needs the GIL
+to return from it, that handler waits forever, and so does the whole event loop (seen in
+the chaos suite: a replica stopped answering at an engine's restart, its main thread in
+`blas_thread_shutdown_` under `open_process`).
+
+`subprocess.Popen` starts the child with vfork() (CPython on Linux, when there is no
+`preexec_fn`, user or group to set), which runs no fork handlers. It runs in a worker
+thread, so the event loop does not wait for the exec; the exit is polled, as the gateway
+starts few processes and learns of an exit within `poll_s`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+import anyio
+
+POLL_S = 0.05
+
+
+class Child:
+    """A started process: its pid, its exit status once it has exited, and waits for it."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], poll_s: float = POLL_S) -> None:
+        self._popen = popen
+        self._poll_s = poll_s
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """None while it runs; the exit code, or minus the signal that ended it."""
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        # Polled: the exit of a child the event loop did not start is no event it delivers.
+        while (code := self._popen.poll()) is None:  # noqa: ASYNC110
+            await anyio.sleep(self._poll_s)
+        return code
+
+    async def aclose(self) -> None:
+        """Waits for the exit; cancelled while waiting, kills the process and reaps it."""
+        try:
+            await self.wait()
+        except BaseException:
+            self._popen.kill()
+            with anyio.CancelScope(shield=True):
+                await self.wait()
+            raise
+
+
+async def spawn(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stdout: IO[bytes] | None = None,
+    stderr: IO[bytes] | None = None,
+    start_new_session: bool = False,
+) -> Child:
+    """Starts `command` (raises OSError when it cannot). Not cancellable halfway: a process
+    that was started is always returned, so that its caller can reap it."""
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            list(command),
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=start_new_session,
+        )
+
+    with anyio.CancelScope(shield=True):
+        popen = await anyio.to_thread.run_sync(start)
+    return Child(popen)
