@@ -146,7 +146,9 @@ async def test_identical_streams_fan_out_from_one_upstream_call(
     """Half come before the first chunk, half while the stream is under way (they get what
     was relayed so far, then the rest as it comes); some ask for usage (theirs is zero)."""
     prompt, user = unique(words=8), "stream-" + uuid.uuid4().hex[:8]
-    request = body(prompt, user, x_delay=0.5, x_chunk_delay=0.1)
+    # The stream lasts about 2.5 s, so the second half (0.9 s on) comes while it runs even
+    # on a slow machine, where 25 requests at once take a while to reach the coalescer.
+    request = body(prompt, user, x_delay=0.5, x_chunk_delay=0.2)
 
     async def later(delay_s: float, include_usage: bool) -> tuple[str, str, int | None]:
         await asyncio.sleep(delay_s)
