@@ -1,13 +1,13 @@
 """Starting a child process from the gateway without running fork handlers.
 
 The event loop's own subprocess support (uvloop's, through libuv) starts a child with
-fork(), and fork() first runs every `pthread_atfork` handler that a loaded library
-registered, in the forking thread, which holds the GIL. NumPy's OpenBLAS registers one
-that stops its thread pool and waits for it: while another thread of the gateway (the
-cache's pair model, scoring in a worker thread) is in a matrix product and needs the GIL
-to return from it, that handler waits forever, and so does the whole event loop (seen in
-the chaos suite: a replica stopped answering at an engine's restart, its main thread in
-`blas_thread_shutdown_` under `open_process`).
+fork(), and fork() first runs, in the parent, every `pthread_atfork` handler a loaded
+library registered. NumPy's OpenBLAS registers one that shuts its thread pool down. With
+the cache's pair model in a matrix product in a worker thread, that handler was seen to
+wait forever, and the whole event loop with it: in the chaos suite a gateway replica
+stopped answering at an engine's start (py-spy: the main thread in OpenBLAS's
+`blas_thread_shutdown_` under `open_process`, the pair model's thread waiting inside a
+NumPy matmul). tests/backends/test_spawn.py reproduces it.
 
 `subprocess.Popen` starts the child with vfork() (CPython on Linux, when there is no
 `preexec_fn`, user or group to set), which runs no fork handlers. It runs in a worker
