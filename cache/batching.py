@@ -21,21 +21,25 @@ Batches are sized the same way, as Triton's dynamic batcher bounds a batch by it
 delay: a batch takes waiting lookups in order while its pass would still end before the
 earliest deadline among them, at most `max_batch`. The first text of a batch opens a
 window of `window_ms` for company when others are already waiting (alone, it runs at
-once); texts that arrive while a pass runs join the next one, so under load batches fill
-without any added delay. Texts without a deadline (stores, in the background) wait behind
-every lookup and fill what room a batch has left; a batch of them alone is kept to the time
-of two lone passes, so that a lookup arriving meanwhile soon has its turn.
+once); texts that arrive while a pass runs join the next one, which the embedder's thread
+takes itself as the pass ends (not waiting for the event loop's next turn), so under load
+batches fill, and follow each other, without any added delay. Texts without a deadline
+(stores, in the background) wait behind every lookup and fill what room a batch has left; a
+batch of them alone is kept to the time of two lone passes, so that a lookup arriving
+meanwhile soon has its turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from cache.embedder import Embedded, Encoder, embed_many
 
@@ -115,6 +119,8 @@ class BatchingEmbedder:
         self._running_until: float | None = None  # expected end of the pass in progress
         self._resume_s = 0.0  # how late callers resume after their pass ended, smoothed
         self.refused = 0  # texts refused with EmbedderBusy
+        self._closing = False  # read by the embedder's thread between passes
+        self._handed_over = False  # the thread has passes to run (see `passing`)
         # What the passes did, for `stats()`: their time in the embedder's thread (the
         # model's work alone), the texts they embedded, how many there were.
         self.busy_s = 0.0
@@ -129,6 +135,7 @@ class BatchingEmbedder:
 
     async def close(self) -> None:
         """Stop batching; requests still waiting fail with CancelledError."""
+        self._closing = True
         if self._dispatcher is not None:
             self._dispatcher.cancel()
             await asyncio.gather(self._dispatcher, return_exceptions=True)
@@ -150,8 +157,9 @@ class BatchingEmbedder:
 
     @property
     def passing(self) -> bool:
-        """Whether a pass is running now."""
-        return self._running_until is not None
+        """Whether passes are under way: from the dispatcher's hand-over of a batch until
+        the embedder's thread finds nothing more to take."""
+        return self._handed_over
 
     @property
     def resume_s(self) -> float:
@@ -270,34 +278,62 @@ class BatchingEmbedder:
         live = [r for r in batch if not r.future.done()]
         if not live:
             return
+        self._handed_over = True
         self._running_until = time.monotonic() + self.times.seconds(len(live))
         try:
-            results, started, ended = await loop.run_in_executor(
-                self._executor, _timed_encode, self.encoder, [r.text for r in live]
-            )
+            await loop.run_in_executor(self._executor, self._passes, loop, live)
         except asyncio.CancelledError:  # closing: nobody will answer these callers
             for r in live:
                 r.future.cancel()
             raise
-        except Exception as exc:  # the callers get the error, the dispatcher goes on
-            for r in live:
-                if not r.future.done():
-                    r.future.set_exception(exc)
-            return
         finally:
+            self._handed_over = False
             self._running_until = None
-        self.times.observe(len(live), ended - started)
-        self.busy_s += ended - started
+
+    def _passes(self, loop: asyncio.AbstractEventLoop, live: list[_Request]) -> None:
+        """In the embedder's thread: the pass over `live`, then, as long as texts wait,
+        the next batch, taken here as the dispatcher would take it. Handed over by the
+        event loop instead, a batch waited for a whole turn of a busy loop: at concurrency
+        64 (bench/cache_latency.py --quick --model-ms 200, a throwaway trace) the model sat
+        idle with lookups waiting 19% of the time it was in demand, two thirds of that
+        between passes, and lookups were refused meanwhile. The results go to their
+        callers through the loop, which they resume on anyway."""
+        while live and not self._closing:
+            started = time.monotonic()
+            self._running_until = started + self.times.seconds(len(live))
+            try:
+                results = self.encoder.encode([r.text for r in live])
+            except Exception as exc:  # the callers get the error, the embedder goes on
+                self._running_until = None
+                self._post(loop, self._failed, live, exc)
+            else:
+                ended = time.monotonic()
+                self._running_until = None  # before its callers can see it: none runs
+                for r in live:
+                    r.ended = ended
+                self._post(loop, self._deliver, live, results, ended - started)
+            if self._closing:
+                return
+            batch: list[_Request] = []
+            self._take(time.monotonic(), batch)
+            live = [r for r in batch if not r.future.done()]
+
+    @staticmethod
+    def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(callback, *args)
+
+    def _deliver(self, live: list[_Request], results: list[Embedded], seconds: float) -> None:
+        self.times.observe(len(live), seconds)
+        self.busy_s += seconds
         self.texts += len(live)
         self.passes += 1
         for r, result in zip(live, results, strict=True):
-            r.ended = ended
             if not r.future.done():
                 r.future.set_result(result)
 
-
-def _timed_encode(encoder: Encoder, texts: list[str]) -> tuple[list[Embedded], float, float]:
-    """The pass, with when it started and ended (time.monotonic()), in the worker thread."""
-    started = time.monotonic()
-    results = encoder.encode(texts)
-    return results, started, time.monotonic()
+    @staticmethod
+    def _failed(live: list[_Request], exc: Exception) -> None:
+        for r in live:
+            if not r.future.done():
+                r.future.set_exception(exc)

@@ -127,6 +127,25 @@ async def test_background_work_alone_runs_in_short_passes_so_a_lookup_soon_gets_
     assert max(slow.sizes[3:]) <= 3 and len(slow.sizes[3:]) >= 4
 
 
+async def test_passes_follow_each_other_while_the_event_loop_is_held(
+    encoder: SentenceEncoder,
+) -> None:
+    """The embedder's thread takes the next batch itself when a pass ends: a busy loop,
+    which would hand it over only at its next turn, does not leave the model idle with
+    lookups waiting (with the loop handing batches over, two passes ran in the 200 ms)."""
+    slow = SlowEncoder(encoder, per_text_s=0.02, one_answer=True)
+    async with BatchingEmbedder(slow, window_ms=0, max_batch=1) as embedder:
+        await embedder.embed("warm up", within_s=60)
+        before = len(slow.sizes)
+        waiting = [asyncio.ensure_future(embedder.embed(t, within_s=60)) for t in TEXTS[:5]]
+        while len(slow.sizes) == before:  # the first of them has had its pass
+            await asyncio.sleep(0.001)
+        time.sleep(0.2)  # the loop held: the four left take 80 ms, one after the other
+        assert len(slow.sizes) - before == 5
+        await asyncio.gather(*waiting)
+    assert slow.sizes == [1] * 6
+
+
 def test_pass_times_tell_the_fixed_cost_from_the_cost_per_text() -> None:
     times = PassTimes()
     assert (times.per_text_s, times.seconds(8)) == (None, 0.0)
