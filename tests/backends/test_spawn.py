@@ -24,11 +24,11 @@ from backends.spawn import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Starts `SPAWNS` processes under uvloop with `starter` while a thread scores pairs with
-# the packaged pair model, as the cache does; prints how many scores overlapped them.
+# Starts `SPAWNS` processes under uvloop with backends.spawn while a thread scores pairs
+# with the packaged pair model, as the cache does; prints how many scores overlapped them.
 SCENARIO = textwrap.dedent(
     """
-    import sys, threading
+    import threading
     import anyio, numpy as np
     from cache.cross import PairModel
     from cache.features import TokenFeatures
@@ -79,7 +79,7 @@ def test_children_start_while_a_thread_multiplies_matrices_under_uvloop() -> Non
     assert overlapped > 0, "no score ran while the children started: the case tested nothing"
 
 
-async def test_exit_codes_and_signals_as_subprocess_reports_them(tmp_path: Path) -> None:
+async def test_exit_codes_and_signals_as_subprocess_reports_them() -> None:
     ok = await spawn([sys.executable, "-c", "import sys; sys.exit(3)"])
     assert await ok.wait() == 3
     assert ok.returncode == 3
