@@ -247,11 +247,11 @@ class Client:
         return response
 
     def scrape(self) -> str:
-        """The gateway's /metrics page, read once for `stage_totals` and `embedder_totals`."""
+        """The gateway's /metrics page (read once for `stage_totals` and `embedder_totals`)."""
         return self._http.get(self.metrics_url).text
 
     def fail_opens(self) -> float:
-        text = self._http.get(self.metrics_url).text
+        text = self.scrape()
         head = "gateway_cache_fail_open_total{"
         return sum(
             float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(head)
