@@ -58,6 +58,11 @@ entries, level (gateway, component), index (flat, hnsw):
                                               (hit or not, from each answer's Server-Timing)
     fail_open_fraction                        semantic: answers whose lookup failed open
                                               (any reason) / all answers
+    shared_fraction                           semantic: answers whose lookup was an
+                                              identical request's, in flight at the time
+                                              (the `shared` stage) / all answers
+    semantic_queries                          the distinct semantic queries (rewordings the
+                                              decision served) the rounds cycle through
     embedder_busy_fraction, embed_ms_per_text semantic: the embedder's pass time over the
                                               rounds' wall time, and per text embedded
                                               (gateway_cache_embedder_*_total)
@@ -531,6 +536,10 @@ class GatewayBench:
                 **params,
             )
             report_stages(series.stage_s, series.stage_n, params)
+            shared = series.stage_n.get("shared", 0.0)
+            emit(
+                "shared_fraction", round(shared / answers if answers else 0.0, 4), "ratio", **params
+            )
             report_embedder(series, params)
         if series.other:
             progress(f"  {kind} c={concurrency}: answers not counted: {series.other}")
@@ -652,6 +661,7 @@ def gateway_phase(
             )
             if not reworded:
                 raise RuntimeError("no rewording was served from the semantic tier")
+            emit("semantic_queries", len(reworded), "prompts", stored=len(stored), level="gateway")
             prepared = Prepared(stored, reworded)
         settle = wait_idle(pid, timeout_s=900)
         emit("settle_s", round(settle, 1), "s", entries=entries, level="gateway", embedder=embedder)
@@ -751,6 +761,14 @@ def main(argv: list[str] | None = None) -> int:
         "the gateway phase runs once per backend, in that order (default: auto)",
     )
     parser.add_argument(
+        "--prompts",
+        type=int,
+        default=None,
+        help="prompts stored through the gateway (default: 64 with --quick, else 200; at most "
+        "200): the semantic queries are the rewordings of them the decision serves, so more "
+        "prompts mean fewer identical requests at once at concurrency 64",
+    )
+    parser.add_argument(
         "--model-ms",
         type=float,
         default=0.0,
@@ -762,6 +780,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     if args.component_hnsw:
         plan = dataclasses.replace(plan, component_hnsw=True)
+    if args.prompts is not None:
+        plan = dataclasses.replace(plan, real_prompts=args.prompts)
     # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()

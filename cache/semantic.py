@@ -28,7 +28,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -57,7 +57,9 @@ _PAIR_MODEL_MARGIN = 0.1
 _AFTER_EMBED_HALF_LIFE_S = 1.0  # the search and decision time reserved halves each second
 _NO_VECTOR = np.zeros(0, dtype=np.float32)  # a pending entry's, until it is embedded
 
-StageHook = Callable[[str, float], None]  # (stage, seconds): "embed", "search", "total"
+# (stage, seconds): "embed", "search", "pair_model", "pair_model_late", "total", and
+# "shared" (a lookup answered by an identical one in flight: how long it waited)
+StageHook = Callable[[str, float], None]
 FailHook = Callable[[str], None]  # why a lookup or store failed open
 ExploreHook = Callable[[str, str], None]  # (tenant, "agreed" | "disagreed" | "unjudged")
 
@@ -88,6 +90,14 @@ class Lookup:
         """It ran and found nothing to serve, so a lookup of the same key now would miss
         too; not "explore", which found a candidate a later draw may serve."""
         return self.reason is not None and self.reason != "explore"
+
+
+@dataclass(eq=False)
+class _Shared:
+    """A lookup in flight, for identical ones to wait on (`SemanticCache._shared`)."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Lookup | None = None  # None once done: its request left before it ended
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,7 @@ class SemanticCache:
         self._after_embed_s = 0.0  # recent search and decision time (see _after_embed)
         self._after_embed_at = 0.0  # when it was last measured (perf_counter)
         self._deleted: set[str] = set()  # ids of pending answers deleted before stored
+        self._looking: dict[str, _Shared] = {}  # lookups in flight, by exact key
 
     async def lookup(self, key: CacheKey, delta: float | None = None) -> Lookup:
         """`delta`: the tenant's error bound on semantic hits; None: the fixed decision."""
@@ -173,12 +184,41 @@ class SemanticCache:
             return Lookup(Found(pending, "exact", 1.0), 1.0)
         started = time.perf_counter()
         timer_s = self._lateness.timer_s(started)
-        found = await self._within(key, started, timer_s, delta)
+        if delta is None:
+            found = await self._shared(key, started, timer_s)
+        else:  # each draws its own exploration: never shared
+            found = await self._within(key, started, timer_s, delta)
         ended = time.perf_counter()
         self._lateness.ended(started, timer_s, ended)
         if found.failed is None:
             self._on_stage("total", ended - started)
         return found
+
+    async def _shared(self, key: CacheKey, started: float, timer_s: float) -> Lookup:
+        """The lookup of `key`, or the result of an identical one in flight: requests with
+        the same exact key (scope, model, every field that changes the answer, prompt)
+        would find the same, so the ones that come while a lookup runs wait for it within
+        their own timer instead of embedding the prompt again. As gateway/coalesce.py
+        shares a miss's upstream call, one stage later. A lookup whose first request left
+        (cancelled, no result) is done again by the next, within the time it has left."""
+        looking = self._looking.get(key.exact_key)
+        if looking is None:
+            looking = self._looking[key.exact_key] = _Shared()
+            try:
+                looking.result = await self._within(key, started, timer_s, None)
+                return looking.result
+            finally:
+                del self._looking[key.exact_key]
+                looking.done.set()
+        with anyio.move_on_after(started + timer_s - time.perf_counter()):
+            await looking.done.wait()
+        now = time.perf_counter()
+        if looking.result is not None:
+            self._on_stage("shared", now - started)
+            return looking.result
+        if now >= started + timer_s:
+            return Lookup(failed="budget")
+        return await self._shared(key, now, started + timer_s - now)
 
     async def _within(
         self, key: CacheKey, started: float, timer_s: float, delta: float | None

@@ -100,7 +100,8 @@ class Metrics:
         )
         self._cache_stage = Histogram(
             "gateway_cache_lookup_seconds",
-            "Cache lookup time, by stage (embed, search, pair_model, pair_model_late, total).",
+            "Cache lookup time, by stage (embed, search, pair_model, pair_model_late, total; "
+            "shared: a lookup answered by an identical one in flight).",
             ["stage"],
             buckets=_FAST_BUCKETS,
             registry=r,

@@ -4,6 +4,7 @@ hit is visible in the content: the answer names the *cached* prompt, not the new
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,6 +287,56 @@ def test_the_pair_model_serves_a_rewording_the_verifier_refused(gateway: Gateway
     assert content(answer) == "echo: What are some good horror movies?"
     text = httpx.get(gateway.url + "/metrics").text
     assert 'gateway_cache_lookup_seconds_count{stage="pair_model"}' in text
+
+
+def test_identical_requests_at_once_share_one_lookup(gateway: Gateway) -> None:
+    """Sixteen identical requests sent at once: each gets the semantic hit, and those that
+    came while the first one's lookup ran were answered by it (stage `shared`) instead
+    of embedding the prompt again."""
+    system = "You answer account questions."  # a namespace of this test's own
+    stored(gateway, "How do I delete my account?", system=system)
+    deadline = time.monotonic() + 5  # embedded and in the store, not only pending
+    while ask(gateway, "how do I delete my account", system=system).headers["x-cache"] != "hit":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    before = _metric_totals(gateway)
+    body = {
+        "model": "echo",
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "How can I delete my account?"},
+        ],
+    }
+
+    async def asked() -> list[httpx.Response]:
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as client:
+            sent = [client.post("/chat/completions", json=body, timeout=30) for _ in range(16)]
+            return await asyncio.gather(*sent)
+
+    answers = asyncio.run(asked())
+    assert {(a.status_code, a.headers["x-cache"], a.headers["x-cache-tier"]) for a in answers} == {
+        (200, "hit", "semantic")
+    }
+    assert {content(a) for a in answers} == {"echo: How do I delete my account?"}
+    after = _metric_totals(gateway)
+    shared = after['gateway_cache_lookup_seconds_count{stage="shared"}'] - before.get(
+        'gateway_cache_lookup_seconds_count{stage="shared"}', 0.0
+    )
+    embedded = (
+        after["gateway_cache_embedder_texts_total"] - before["gateway_cache_embedder_texts_total"]
+    )
+    assert shared >= 1
+    assert embedded + shared == 16  # each lookup embedded its prompt or shared another's
+
+
+def _metric_totals(gw: Gateway) -> dict[str, float]:
+    text = httpx.get(gw.url + "/metrics").text
+    return {
+        name: float(value)
+        for name, value in (line.rsplit(" ", 1) for line in text.splitlines())
+        if name.startswith(("gateway_cache_embedder_", "gateway_cache_lookup_seconds_count"))
+    }
 
 
 def test_metrics_count_hits_misses_and_stages(gateway: Gateway) -> None:

@@ -259,3 +259,62 @@ async def test_a_pair_model_too_slow_for_the_budget_leaves_the_verifiers_miss(
     assert waited < 1.0
     assert "pair_model_late" in stages
     assert failures == []
+
+
+PASSWORD = "How do I reset my password?"
+
+
+async def stored_password(cache: SemanticCache) -> None:
+    cache.store_later(Answer(key(PASSWORD), "t", "m", ANSWER))
+    with anyio.fail_after(10):  # in the store (a normalised hit), not only pending
+        while (await cache.lookup(key(PASSWORD.lower()))).found is None:
+            await anyio.sleep(0.02)
+
+
+async def test_identical_lookups_in_flight_share_one_and_others_do_not(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
+) -> None:
+    """Five identical requests at once embed their prompt once: the four that came while
+    the first's lookup ran wait for its result. Another prompt, or the same one under an
+    error bound (each draws its own exploration), looks up on its own."""
+    stages: list[str] = []
+    embedder = BatchingEmbedder(SlowEncoder(encoder, per_pass_s=0.05))
+    async with semantic_cache(
+        tmp_path, encoder, verifier, embedder=embedder, stages=stages
+    ) as cache:
+        await stored_password(cache)
+        texts, stages[:] = embedder.texts, []
+        reworded = key("How can I reset my password?")
+        looked = await asyncio.gather(*(cache.lookup(reworded) for _ in range(5)))
+        assert [(f.found.tier, f.found.entry.prompt) for f in looked if f.found] == [
+            ("semantic", PASSWORD)
+        ] * 5
+        assert len({id(f) for f in looked}) == 1  # one lookup's result, given to all five
+        assert embedder.texts - texts == 1
+        assert stages.count("shared") == 4
+        texts = embedder.texts
+        await asyncio.gather(cache.lookup(reworded), cache.lookup(key("How can I log in?")))
+        assert embedder.texts - texts == 2
+        texts = embedder.texts
+        await asyncio.gather(*(cache.lookup(reworded, delta=0.05) for _ in range(2)))
+        assert embedder.texts - texts == 2
+
+
+async def test_a_lookup_whose_leader_left_looks_up_itself(
+    tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
+) -> None:
+    """The first request's client left (its task cancelled) while its lookup embedded: the
+    identical request waiting on it is not cancelled with it, and finds the entry itself."""
+    embedder = BatchingEmbedder(SlowEncoder(encoder, per_pass_s=0.1))
+    async with semantic_cache(tmp_path, encoder, verifier, embedder=embedder) as cache:
+        await stored_password(cache)
+        texts, reworded = embedder.texts, key("How can I reset my password?")
+        async with anyio.create_task_group() as group:
+            group.start_soon(cache.lookup, reworded)
+            await anyio.sleep(0.02)  # the first is embedding
+            follower = asyncio.ensure_future(cache.lookup(reworded))
+            await anyio.sleep(0.02)
+            group.cancel_scope.cancel()
+        looked = await follower
+        assert looked.found is not None and looked.failed is None
+        assert embedder.texts - texts == 2  # the first's pass ended anyway, then its own
