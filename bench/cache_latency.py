@@ -82,6 +82,11 @@ entries, level (gateway, component), index (flat, hnsw):
     python bench/cache_latency.py --component-hnsw   # full, plus in-process 100k as HNSW
     python bench/cache_latency.py --quick --embedder torch,onnx   # both, side by side
     python bench/cache_latency.py --quick --model-ms 200   # misses take a model's time
+    python bench/cache_latency.py --quick --model-ms 200 --prompts 200   # 67 queries, not 22
+
+With 22 semantic queries (`--quick`), the 64 clients ask about three of each at any time,
+and identical lookups in flight share one (cache/semantic.py): `shared_fraction` says how
+many did. `--prompts 200` spreads the clients over about three times as many queries.
 
 With the fake model answering at once, a closed-loop client whose lookup failed open is
 back within a millisecond: at concurrency 64 the failed-open requests then flood the
