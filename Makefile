@@ -52,7 +52,7 @@ test: check chromium
 coverage: check chromium
 	$(VENV)/bin/pytest --cov --cov-report=term:skip-covered
 
-BENCHES := proxy_overhead cache_quality cache_loco error_bound cache_latency cache_latency_component overload weight_load cold_start capacity batch_interference workload_shapes
+BENCHES := proxy_overhead cache_quality cache_loco error_bound cache_latency cache_latency_component snapshot_write overload weight_load cold_start capacity batch_interference workload_shapes
 
 # Every benchmark prints JSON lines; results also land in bench/results/ (git-ignored).
 # A benchmark exits non-zero only when it could not measure: the others still run, and

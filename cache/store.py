@@ -46,6 +46,7 @@ from cache.index import IndexConfig, VectorIndex
 from cache.search_batch import SearchBatcher
 
 logger = logging.getLogger(__name__)
+_SNAPSHOT_SHARE = 0.05  # of the time the local store may spend writing its snapshot
 
 _Loop = Callable[[], Coroutine[Any, Any, None]]
 
@@ -130,15 +131,17 @@ class LocalCacheStore:
     """Entries in memory, snapshotted to `path` (None: memory only).
 
     Persistence is a periodic snapshot, not a log: the sweeper rewrites the whole file
-    (atomically, see cache/codec.py) at most every `snapshot_interval_s` when entries
-    changed, and close() writes a last one. A crash loses at most that interval of inserts,
-    which for a cache only costs misses. The evidence of the error-bounded mode goes to a
-    small file of its own beside it (`<path>.evidence`), on the same schedule. Hits alone
-    (their count and time, i.e. the LRU order) are written at most every
+    (atomically, one entry at a time, in a worker thread: see cache/codec.py) at most
+    every `snapshot_interval_s` when entries changed, and close() writes a last one. A
+    large file is written less often, so that writing takes at most 5% of the time (every
+    40 s for a 2 s write). A crash loses at most that interval of inserts, which for a
+    cache only costs misses. The evidence of the error-bounded mode goes to a small file
+    of its own beside it (`<path>.evidence`), on the same schedule. Hits alone (their
+    count and time, i.e. the LRU order) are written at most every
     `hit_snapshot_interval_s`: under steady hits the store would otherwise rewrite the
-    whole file (90 MB for 10k 12-token entries) every few seconds, beside the requests. A
-    crash then loses some LRU order, which only changes what is evicted first. A corrupt
-    file is logged and ignored.
+    whole file (115 MB for 10k 12-token entries) every few seconds, beside the requests.
+    A crash then loses some LRU order, which only changes what is evicted first. A
+    corrupt file is logged and ignored.
     """
 
     def __init__(
@@ -177,6 +180,7 @@ class LocalCacheStore:
         self._hits_dirty = False  # only hit counts and times changed
         self._evidence_dirty = False
         self._snapshot_at = time.monotonic()
+        self._write_s = 0.0  # how long the last snapshot took to write
 
     async def start(self, task_group: TaskGroup) -> None:
         if self._path is not None:
@@ -335,9 +339,13 @@ class LocalCacheStore:
         self._evidence_dirty = self._evidence_dirty or bool(stale)
 
     def _snapshot_due(self, since: float) -> bool:
+        # The file grows with the entries, not with what changed: the write of 100k
+        # entries (1.1 GB) took ~2 s here, and every 5 s would keep a thread and the disk
+        # busy for good. So writes are spaced to take at most _SNAPSHOT_SHARE of the time.
+        spaced = self._write_s / _SNAPSHOT_SHARE
         if self._dirty or self._evidence_dirty:
-            return since >= self._snapshot_interval_s
-        return self._hits_dirty and since >= self._hit_snapshot_interval_s
+            return since >= max(self._snapshot_interval_s, spaced)
+        return self._hits_dirty and since >= max(self._hit_snapshot_interval_s, spaced)
 
     def _pop_expired(self, now: float) -> list[_Slot]:
         expired = []
@@ -368,6 +376,7 @@ class LocalCacheStore:
         slots = list(self._slots.values())
         try:
             await anyio.to_thread.run_sync(_write, self._path, self._dim, slots)
+            self._write_s = time.monotonic() - self._snapshot_at
         except OSError as exc:
             self._dirty, self._hits_dirty = self._dirty or dirty, self._hits_dirty or hits_dirty
             logger.warning("cannot write cache snapshot %s: %s", self._path, exc)

@@ -18,7 +18,7 @@ import pytest
 import redis as sync_redis
 import redis.asyncio as aioredis
 
-from cache.codec import write_snapshot
+from cache.codec import StoredEntry, read_snapshot, write_snapshot
 from cache.entry import CacheEntry
 from cache.store import CacheStore, CacheUnavailable, LocalCacheStore
 from cache.store_redis import RedisCacheStore
@@ -548,3 +548,31 @@ async def test_local_evidence_lives_as_long_as_the_ttl_it_was_written_with() -> 
         assert await store.evidence("a") == b"e"
         now[0] += 1.0
         assert await store.evidence("a") is None
+
+
+async def test_local_store_spaces_snapshots_that_take_long_to_write(tmp_path: Path) -> None:
+    """A snapshot that took 1 s to write is not written again within 20 s (5% of the
+    time), however short the configured interval."""
+    store = LocalCacheStore(tmp_path / "cache.bin", DIM, snapshot_interval_s=0.01)
+    async with running(store):
+        await store.put(entry(1))
+        assert store._snapshot_due(0.02)
+        store._write_s = 1.0
+        assert not store._snapshot_due(19.9)
+        assert store._snapshot_due(20.0)
+
+
+def test_a_snapshot_that_fails_midway_leaves_the_last_one_whole(tmp_path: Path) -> None:
+    path, first = tmp_path / "cache.bin", entry(1)
+    write_snapshot(path, DIM, [StoredEntry(first, 0.0, 0)])
+    written = path.read_bytes()
+
+    def failing() -> Iterator[StoredEntry]:
+        yield StoredEntry(entry(2), 0.0, 0)
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_snapshot(path, DIM, failing())
+    assert path.read_bytes() == written
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.bin"]  # no temporary file left
+    assert [s.entry.entry_id for s in read_snapshot(path, DIM)] == [first.entry_id]

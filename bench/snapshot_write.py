@@ -1,0 +1,140 @@
+"""The local cache store's snapshot write: its time against a raw write of as many bytes,
+the memory it takes, and how late the event loop runs meanwhile.
+
+The local store (cache/store.py) rewrites its whole snapshot file in a worker thread while
+the event loop serves requests. Each measurement runs in a child process of its own (so
+that its peak memory is its own): `entries` synthetic entries as the gateway stores them
+(bench/cache_latency_data.py: 12-token verifier features, an echo answer, ~11 KB each),
+then
+
+    raw_write_s            the same number of bytes written from one buffer, fsynced (the
+                           faster of two): this machine's write speed now, the baseline
+    snapshot_write_s       cache/codec.py write_snapshot, fsync included
+    snapshot_write_ratio   snapshot_write_s / raw_write_s
+    snapshot_peak_extra_mb the process's peak resident memory during the write, above
+                           what it held before it
+    loop_lag_idle_p99_ms   a uvloop task asking to wake every 1 ms: how late it woke
+                           (p99), with nothing else running, for as long as the write took
+    loop_lag_p99_ms,       the same while write_snapshot runs in a worker thread, as the
+    loop_lag_max_ms        store runs it
+
+JSON lines on stdout, `{"bench": "snapshot_write", "metric", "value", "unit", "entries"}`.
+
+    python bench/snapshot_write.py            # 10k and 100k entries (~1.1 GB of disk)
+    python bench/snapshot_write.py --quick    # 10k
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import cache_latency_data as data
+from bench.measure import percentile
+from cache.codec import StoredEntry, write_snapshot
+
+DIM = 384
+TICK_S = 0.001
+
+
+def emit(metric: str, value: float, unit: str, **parameters: Any) -> None:
+    line = {"bench": "snapshot_write", "metric": metric, "value": value, "unit": unit}
+    print(json.dumps({**line, **parameters}), flush=True)
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KB on Linux
+
+
+def _raw_write(path: Path, size: int) -> float:
+    buffer = os.urandom(1 << 20) * max(1, size >> 20)
+    started = time.perf_counter()
+    with open(path, "wb") as out:
+        out.write(buffer)
+        out.flush()
+        os.fsync(out.fileno())
+    seconds = time.perf_counter() - started
+    path.unlink()
+    return seconds
+
+
+async def _lags_while(work: asyncio.Future[Any] | None, seconds: float) -> list[float]:
+    """How late a task asking to wake every TICK_S woke, until `work` is done (or, with
+    none, for `seconds`)."""
+    lags: list[float] = []
+    ends = time.perf_counter() + seconds
+    while (work is not None and not work.done()) or (work is None and time.perf_counter() < ends):
+        asked = time.perf_counter()
+        await asyncio.sleep(TICK_S)
+        lags.append((time.perf_counter() - asked - TICK_S) * 1000.0)
+    return lags
+
+
+async def _measure(path: Path, stored: list[StoredEntry]) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    before = _rss_mb()
+    started = time.perf_counter()
+    write = loop.run_in_executor(None, write_snapshot, path, DIM, stored)
+    busy = await _lags_while(write, 0.0)
+    await write
+    seconds = time.perf_counter() - started
+    peak = _rss_mb() - before
+    idle = await _lags_while(None, seconds)
+    return {"seconds": seconds, "peak_mb": peak, "busy": busy, "idle": idle}
+
+
+def child(entries: int) -> None:
+    import uvloop
+
+    features = data.filler_features(12)
+    stored = list(data.filler_entries(entries, features))
+    with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
+        path = Path(tmp) / "entries.bin"
+        measured = uvloop.run(_measure(path, stored))
+        size = path.stat().st_size
+        path.unlink()
+        raw = min(_raw_write(Path(tmp) / "raw.bin", size) for _ in range(2))
+    busy, idle = measured["busy"], measured["idle"]
+    params = {"entries": entries}
+    emit("snapshot_mb", round(size / 1e6, 1), "MB", **params)
+    emit("raw_write_s", round(raw, 3), "s", **params)
+    emit("snapshot_write_s", round(measured["seconds"], 3), "s", **params)
+    emit("snapshot_write_ratio", round(measured["seconds"] / raw, 2), "ratio", **params)
+    emit("snapshot_peak_extra_mb", round(measured["peak_mb"], 1), "MB", **params)
+    emit("loop_lag_idle_p99_ms", round(percentile(idle, 99), 3), "ms", **params)
+    emit("loop_lag_p99_ms", round(percentile(busy, 99), 3), "ms", **params)
+    emit("loop_lag_max_ms", round(max(busy), 3), "ms", **params)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10k entries only")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        child(args.child)
+        return 0
+    for entries in (10_000,) if args.quick else (10_000, 100_000):
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", str(entries)], check=False, timeout=600
+        )
+        if done.returncode != 0:
+            print(f"snapshot_write: {entries} entries could not be measured", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
