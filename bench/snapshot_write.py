@@ -1,5 +1,5 @@
 """The local cache store's snapshot write: its time against a raw write of as many bytes,
-the memory it takes, and how late the event loop runs meanwhile.
+the memory it takes, and how late the event loop runs meanwhile; and its read.
 
 The local store (cache/store.py) rewrites its whole snapshot file in a worker thread while
 the event loop serves requests. Each measurement runs in a child process of its own (so
@@ -17,6 +17,13 @@ then
                            (p99), with nothing else running, for as long as the write took
     loop_lag_p99_ms,       the same while write_snapshot runs in a worker thread, as the
     loop_lag_max_ms        store runs it
+
+and then, in a fresh process (as a gateway starting up), with the file in the page cache:
+
+    snapshot_read_s        cache/codec.py read_snapshot
+    snapshot_read_held_mb  the resident memory the read entries hold once it returned
+    snapshot_read_peak_mb  the process's peak resident memory during the read, above what
+                           it held before it
 
 JSON lines on stdout, `{"bench": "snapshot_write", "metric", "value", "unit", "entries"}`.
 
@@ -43,7 +50,7 @@ if __package__ in (None, ""):
 
 from bench import cache_latency_data as data
 from bench.measure import percentile
-from cache.codec import StoredEntry, write_snapshot
+from cache.codec import StoredEntry, read_snapshot, write_snapshot
 
 DIM = 384
 TICK_S = 0.001
@@ -95,17 +102,15 @@ async def _measure(path: Path, stored: list[StoredEntry]) -> dict[str, Any]:
     return {"seconds": seconds, "peak_mb": peak, "busy": busy, "idle": idle}
 
 
-def child(entries: int) -> None:
+def write_child(entries: int, path: Path) -> None:
+    """Measures the write of `entries` to `path`, and leaves the file there."""
     import uvloop
 
     features = data.filler_features(12)
     stored = list(data.filler_entries(entries, features))
-    with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
-        path = Path(tmp) / "entries.bin"
-        measured = uvloop.run(_measure(path, stored))
-        size = path.stat().st_size
-        path.unlink()
-        raw = min(_raw_write(Path(tmp) / "raw.bin", size) for _ in range(2))
+    measured = uvloop.run(_measure(path, stored))
+    size = path.stat().st_size
+    raw = min(_raw_write(path.with_name("raw.bin"), size) for _ in range(2))
     busy, idle = measured["busy"], measured["idle"]
     params = {"entries": entries}
     emit("snapshot_mb", round(size / 1e6, 1), "MB", **params)
@@ -118,21 +123,45 @@ def child(entries: int) -> None:
     emit("loop_lag_max_ms", round(max(busy), 3), "ms", **params)
 
 
+def read_child(entries: int, path: Path) -> None:
+    """Measures a fresh process's read of the snapshot at `path` (in the page cache)."""
+    before, resident = _rss_mb(), _resident_mb()
+    started = time.perf_counter()
+    stored = read_snapshot(path, DIM)
+    seconds = time.perf_counter() - started
+    held = _resident_mb() - resident
+    assert len(stored) == entries
+    params = {"entries": entries}
+    emit("snapshot_read_s", round(seconds, 3), "s", **params)
+    emit("snapshot_read_held_mb", round(held, 1), "MB", **params)
+    emit("snapshot_read_peak_mb", round(_rss_mb() - before, 1), "MB", **params)
+
+
+def _resident_mb() -> float:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10k entries only")
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--write", nargs=2, metavar=("ENTRIES", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--read", nargs=2, metavar=("ENTRIES", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child is not None:
-        child(args.child)
+    if args.write is not None:
+        write_child(int(args.write[0]), Path(args.write[1]))
+        return 0
+    if args.read is not None:
+        read_child(int(args.read[0]), Path(args.read[1]))
         return 0
     for entries in (10_000,) if args.quick else (10_000, 100_000):
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", str(entries)], check=False, timeout=600
-        )
-        if done.returncode != 0:
-            print(f"snapshot_write: {entries} entries could not be measured", file=sys.stderr)
-            return 1
+        with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
+            path = str(Path(tmp) / "entries.bin")
+            for step in ("--write", "--read"):
+                child = [sys.executable, __file__, step, str(entries), path]
+                if subprocess.run(child, check=False, timeout=600).returncode != 0:
+                    print(f"snapshot_write: {step} {entries} could not measure", file=sys.stderr)
+                    return 1
     return 0
 
 

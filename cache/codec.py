@@ -33,7 +33,7 @@ _MAGIC = b"GWCACHE1"
 _END = b"END."
 _U32 = struct.Struct("<I")
 _FIELDS = ("meta", "vector", "features", "response")
-_WRITE_BUFFER = 1 << 20  # bytes a snapshot writes at once (the GIL is released meanwhile)
+_BUFFER = 1 << 20  # bytes a snapshot writes or reads at once (the GIL is released meanwhile)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def _replacing(path: Path) -> Iterator[BinaryIO]:
     temporary file is removed and `path` left as it was."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb", buffering=_WRITE_BUFFER) as out:
+        with open(tmp, "wb", buffering=_BUFFER) as out:
             yield out
             out.flush()
             os.fsync(out.fileno())
@@ -155,30 +155,62 @@ def _replacing(path: Path) -> Iterator[BinaryIO]:
 
 
 def read_snapshot(path: Path, dim: int) -> list[StoredEntry]:
-    """The entries of a snapshot; [] if there is none. Raises CorruptSnapshot."""
+    """The entries of a snapshot; [] if there is none. Raises CorruptSnapshot.
+
+    Read twice as a stream, to check it and then to parse it: only the entries are held.
+    Read whole and sliced, a 1.1 GB file (100k entries) took two copies of itself beside
+    the entries while it loaded (bench/snapshot_write.py)."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb", buffering=_BUFFER) as file:
+            count = _checked(file, dim, path)
+            file.seek(len(_MAGIC) + 4)
+            end = os.fstat(file.fileno()).st_size - len(_END) - 8
+            stored = list(_records(file, len(_MAGIC) + 4, end, path))
     except FileNotFoundError:
         return []
-    body, crc = data[:-4], data[-4:]
-    framed = body.startswith(_MAGIC) and body[-8:-4] == _END
-    if len(data) < 24 or not framed or _U32.pack(zlib.crc32(body)) != crc:
-        raise CorruptSnapshot(f"{path}: truncated or corrupt")
-    if _U32.unpack_from(body, len(_MAGIC))[0] != dim:
-        raise CorruptSnapshot(f"{path}: written for another vector dimension")
-    stored = list(_records(memoryview(body)[len(_MAGIC) + 4 : -len(_END) - 4]))
-    if len(stored) != _U32.unpack_from(body, len(body) - 4)[0]:
+    if len(stored) != count:
         raise CorruptSnapshot(f"{path}: record count mismatch")
     return stored
 
 
-def _records(view: memoryview) -> Iterator[StoredEntry]:
-    offset = 0
-    while offset < len(view):
+def _checked(file: BinaryIO, dim: int, path: Path) -> int:
+    """The record count of a framed file whose CRC holds and whose vectors are `dim`
+    long; raises CorruptSnapshot for any other."""
+    size = os.fstat(file.fileno()).st_size
+    corrupt = CorruptSnapshot(f"{path}: truncated or corrupt")
+    if size < 24:
+        raise corrupt
+    head = file.read(len(_MAGIC) + 4)
+    crc, left = zlib.crc32(head), size - 4 - len(head)
+    while left > 0:
+        chunk = file.read(min(left, _BUFFER))
+        if not chunk:
+            raise corrupt
+        crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+    file.seek(size - len(_END) - 8)
+    tail = file.read(len(_END) + 8)
+    if head[: len(_MAGIC)] != _MAGIC or tail[: len(_END)] != _END or _U32.pack(crc) != tail[-4:]:
+        raise corrupt
+    if _U32.unpack_from(head, len(_MAGIC))[0] != dim:
+        raise CorruptSnapshot(f"{path}: written for another vector dimension")
+    return int(_U32.unpack_from(tail, len(_END))[0])
+
+
+def _records(file: BinaryIO, offset: int, end: int, path: Path) -> Iterator[StoredEntry]:
+    while offset < end:
         fields: dict[str, bytes] = {}
         for name in _FIELDS:
-            (size,) = _U32.unpack_from(view, offset)
-            fields[name] = bytes(view[offset + 4 : offset + 4 + size])
+            (size,) = _U32.unpack(_exactly(file, 4, path))
+            fields[name] = _exactly(file, size, path)
             offset += 4 + size
         meta = orjson.loads(fields["meta"])
         yield StoredEntry(entry_from_fields(fields), float(meta["last_hit"]), int(meta["hits"]))
+    if offset != end:
+        raise CorruptSnapshot(f"{path}: a record runs past the end")
+
+
+def _exactly(file: BinaryIO, size: int, path: Path) -> bytes:
+    data = file.read(size)
+    if len(data) != size:
+        raise CorruptSnapshot(f"{path}: a record runs past the end")
+    return data

@@ -18,7 +18,7 @@ import pytest
 import redis as sync_redis
 import redis.asyncio as aioredis
 
-from cache.codec import StoredEntry, read_snapshot, write_snapshot
+from cache.codec import CorruptSnapshot, StoredEntry, read_snapshot, write_snapshot
 from cache.entry import CacheEntry
 from cache.store import CacheStore, CacheUnavailable, LocalCacheStore
 from cache.store_redis import RedisCacheStore
@@ -576,3 +576,19 @@ def test_a_snapshot_that_fails_midway_leaves_the_last_one_whole(tmp_path: Path) 
     assert path.read_bytes() == written
     assert [p.name for p in tmp_path.iterdir()] == ["cache.bin"]  # no temporary file left
     assert [s.entry.entry_id for s in read_snapshot(path, DIM)] == [first.entry_id]
+
+
+def test_a_snapshot_reads_back_what_was_written_and_refuses_any_damage(tmp_path: Path) -> None:
+    path = tmp_path / "cache.bin"
+    written = [StoredEntry(entry(i), 100.0 + i, i) for i in range(3)]
+    write_snapshot(path, DIM, written)
+    read = read_snapshot(path, DIM)
+    assert [(s.last_hit, s.hits) for s in read] == [(100.0, 0), (101.0, 1), (102.0, 2)]
+    assert all(same(r.entry, w.entry) for r, w in zip(read, written, strict=True))
+    data = path.read_bytes()
+    flipped = data[:100] + bytes([data[100] ^ 1]) + data[101:]
+    for damaged in (b"", data[:23], data[: len(data) // 2], data[:-1], flipped):
+        path.write_bytes(damaged)
+        with pytest.raises(CorruptSnapshot):
+            read_snapshot(path, DIM)
+    assert read_snapshot(tmp_path / "none.bin", DIM) == []
