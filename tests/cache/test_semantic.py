@@ -213,10 +213,10 @@ class Asked:
 STORED, REWORDED = "What are some good horror movies?", "Which are the best horror movies to watch?"
 
 
-async def stored_one(cache: SemanticCache) -> None:
-    cache.store_later(Answer(key(STORED), "t", "m", ANSWER))
+async def stored_one(cache: SemanticCache, prompt: str = STORED) -> None:
+    cache.store_later(Answer(key(prompt), "t", "m", ANSWER))
     with anyio.fail_after(10):  # in the store (a normalised hit), not only pending
-        while (await cache.lookup(key(STORED.lower()))).found is None:
+        while (await cache.lookup(key(prompt.lower()))).found is None:
             await anyio.sleep(0.02)
 
 
@@ -264,13 +264,6 @@ async def test_a_pair_model_too_slow_for_the_budget_leaves_the_verifiers_miss(
 PASSWORD = "How do I reset my password?"
 
 
-async def stored_password(cache: SemanticCache) -> None:
-    cache.store_later(Answer(key(PASSWORD), "t", "m", ANSWER))
-    with anyio.fail_after(10):  # in the store (a normalised hit), not only pending
-        while (await cache.lookup(key(PASSWORD.lower()))).found is None:
-            await anyio.sleep(0.02)
-
-
 async def test_identical_lookups_in_flight_share_one_and_others_do_not(
     tmp_path: Path, encoder: SentenceEncoder, verifier: PairVerifier
 ) -> None:
@@ -282,7 +275,7 @@ async def test_identical_lookups_in_flight_share_one_and_others_do_not(
     async with semantic_cache(
         tmp_path, encoder, verifier, embedder=embedder, stages=stages
     ) as cache:
-        await stored_password(cache)
+        await stored_one(cache, PASSWORD)
         texts, stages[:] = embedder.texts, []
         reworded = key("How can I reset my password?")
         looked = await asyncio.gather(*(cache.lookup(reworded) for _ in range(5)))
@@ -307,7 +300,7 @@ async def test_a_lookup_whose_leader_left_looks_up_itself(
     identical request waiting on it is not cancelled with it, and finds the entry itself."""
     embedder = BatchingEmbedder(SlowEncoder(encoder, per_pass_s=0.1))
     async with semantic_cache(tmp_path, encoder, verifier, embedder=embedder) as cache:
-        await stored_password(cache)
+        await stored_one(cache, PASSWORD)
         texts, reworded = embedder.texts, key("How can I reset my password?")
         async with anyio.create_task_group() as group:
             group.start_soon(cache.lookup, reworded)
