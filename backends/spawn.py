@@ -12,7 +12,7 @@ NumPy matmul). tests/backends/test_spawn.py reproduces it.
 `subprocess.Popen` starts the child with vfork() (CPython on Linux, when there is no
 `preexec_fn`, user or group to set), which runs no fork handlers. It runs in a worker
 thread, so the event loop does not wait for the exec; the exit is polled, as the gateway
-starts few processes and learns of an exit within `poll_s`.
+starts few processes and learns of an exit within `POLL_S`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ POLL_S = 0.05
 class Child:
     """A started process: its pid, its exit status once it has exited, and waits for it."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], poll_s: float = POLL_S) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
-        self._poll_s = poll_s
 
     @property
     def pid(self) -> int:
@@ -46,7 +45,7 @@ class Child:
     async def wait(self) -> int:
         # Polled: the exit of a child the event loop did not start is no event it delivers.
         while (code := self._popen.poll()) is None:  # noqa: ASYNC110
-            await anyio.sleep(self._poll_s)
+            await anyio.sleep(POLL_S)
         return code
 
     async def aclose(self) -> None:

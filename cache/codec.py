@@ -162,10 +162,8 @@ def read_snapshot(path: Path, dim: int) -> list[StoredEntry]:
     the entries while it loaded (bench/snapshot_write.py)."""
     try:
         with open(path, "rb", buffering=_BUFFER) as file:
-            count = _checked(file, dim, path)
-            file.seek(len(_MAGIC) + 4)
-            end = os.fstat(file.fileno()).st_size - len(_END) - 8
-            stored = list(_records(file, len(_MAGIC) + 4, end, path))
+            count, end = _checked(file, dim, path)
+            stored = list(_records(file, end, path))
     except FileNotFoundError:
         return []
     if len(stored) != count:
@@ -173,9 +171,9 @@ def read_snapshot(path: Path, dim: int) -> list[StoredEntry]:
     return stored
 
 
-def _checked(file: BinaryIO, dim: int, path: Path) -> int:
+def _checked(file: BinaryIO, dim: int, path: Path) -> tuple[int, int]:
     """The record count of a framed file whose CRC holds and whose vectors are `dim`
-    long; raises CorruptSnapshot for any other."""
+    long, and where its records end; raises CorruptSnapshot for any other."""
     size = os.fstat(file.fileno()).st_size
     corrupt = CorruptSnapshot(f"{path}: truncated or corrupt")
     if size < 24:
@@ -193,10 +191,12 @@ def _checked(file: BinaryIO, dim: int, path: Path) -> int:
         raise corrupt
     if _U32.unpack_from(head, len(_MAGIC))[0] != dim:
         raise CorruptSnapshot(f"{path}: written for another vector dimension")
-    return int(_U32.unpack_from(tail, len(_END))[0])
+    return int(_U32.unpack_from(tail, len(_END))[0]), size - len(tail)
 
 
-def _records(file: BinaryIO, offset: int, end: int, path: Path) -> Iterator[StoredEntry]:
+def _records(file: BinaryIO, end: int, path: Path) -> Iterator[StoredEntry]:
+    """The records of a checked file, from just after its header to `end`."""
+    offset = file.seek(len(_MAGIC) + 4)
     while offset < end:
         fields: dict[str, bytes] = {}
         for name in _FIELDS:

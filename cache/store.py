@@ -419,7 +419,7 @@ class LocalCacheStore:
 
 def _write(path: Path, dim: int, slots: list[_Slot]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_snapshot(path, dim, [StoredEntry(s.entry, s.last_hit, s.hits) for s in slots])
+    write_snapshot(path, dim, (StoredEntry(s.entry, s.last_hit, s.hits) for s in slots))
 
 
 def _write_evidence(path: Path, evidence: Evidence) -> None:
