@@ -161,7 +161,7 @@ class SemanticCache:
         self._decision = decision
         self._tasks = tasks
         self._budget_s = budget_s
-        self._lateness = Lateness(budget_s)  # the budget's timer, set early on a busy loop
+        self._lateness = Lateness(budget_s)  # the budget's timer, early on a late loop
         self._ttl_s = ttl_s
         self._semantic = semantic
         self._on_stage = on_stage or (lambda stage, seconds: None)
@@ -177,19 +177,25 @@ class SemanticCache:
         self._deleted: set[str] = set()  # ids of pending answers deleted before stored
         self._looking: dict[str, _Shared] = {}  # lookups in flight, by exact key
 
+    def lookup_timer_s(self) -> float:
+        """The timer a lookup starting now gets: the budget less the margin a late event
+        loop has made it keep (cache/lateness.py)."""
+        return self._lateness.timer_s
+
     async def lookup(self, key: CacheKey, delta: float | None = None) -> Lookup:
         """`delta`: the tenant's error bound on semantic hits; None: the fixed decision."""
         pending = self._pending.get(key.exact_key)
         if pending is not None:
             return Lookup(Found(pending, "exact", 1.0), 1.0)
         started = time.perf_counter()
-        timer_s = self._lateness.timer_s(started)
+        timer_s = self._lateness.timer_s
         if delta is None:
             found = await self._shared(key, started, timer_s)
         else:  # each draws its own exploration: never shared
             found = await self._within(key, started, timer_s, delta)
         ended = time.perf_counter()
-        self._lateness.ended(started, timer_s, ended)
+        if _semantic_or_failed(found):  # the lookups the timer is for
+            self._lateness.ended(ended - started)
         if found.failed is None:
             self._on_stage("total", ended - started)
         return found
@@ -223,8 +229,8 @@ class SemanticCache:
     async def _within(
         self, key: CacheKey, started: float, timer_s: float, delta: float | None
     ) -> Lookup:
-        """The lookup, failed open past `timer_s`: the budget less what the loop lately
-        added to it (cache/lateness.py), so that the caller resumes within the budget."""
+        """The lookup, failed open past `timer_s`: the budget less the margin a late event
+        loop has made it keep (cache/lateness.py), so that the caller resumes within it."""
         try:
             with anyio.fail_after(timer_s):
                 return await self._find(key, started + timer_s, delta)
@@ -568,3 +574,12 @@ def _whole_call(call: Any) -> bool:
     if not isinstance(function, dict):
         return False
     return isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str)
+
+
+def _semantic_or_failed(found: Lookup) -> bool:
+    """Whether a lookup reached the semantic tier (or failed open on the way): the exact
+    tiers' answers take microseconds, and counted, a stream of them would have the budget's
+    timer (cache/lateness.py) let the semantic lookups run late."""
+    if found.found is not None:
+        return found.found.tier == "semantic"
+    return found.reason != "no_entry"

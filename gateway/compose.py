@@ -541,8 +541,7 @@ async def build_cache(
     store = _cache_store(settings, encoder.dimension)
     await store.start(tasks)
     stack.push_async_callback(store.close)
-    metrics.add_snapshots(lambda: _cache_metrics(store.stats(), embedder.stats()))
-    return SemanticCache(
+    cache = SemanticCache(
         store,
         embedder,
         verifier,
@@ -558,6 +557,10 @@ async def build_cache(
         on_explored=metrics.cache_explored,
         rng=random.Random(),  # noqa: S311  (the error-bounded draws; nothing secret)
     )
+    metrics.add_snapshots(
+        lambda: _cache_metrics(store.stats(), embedder.stats(), cache.lookup_timer_s())
+    )
+    return cache
 
 
 def _policy(settings: Settings) -> PolicySettings:
@@ -662,7 +665,9 @@ def _capacity_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
     return [limit, on_replica, *engine.values(), desired]
 
 
-def _cache_metrics(stats: dict[str, int], embedder: dict[str, float]) -> Iterable[Metric]:
+def _cache_metrics(
+    stats: dict[str, int], embedder: dict[str, float], timer_s: float
+) -> Iterable[Metric]:
     entries = gauge("gateway_cache_entries", "Entries in the cache.", [])
     entries.add_metric([], stats.get("entries", 0))
     evictions = counter("gateway_cache_evictions", "Entries evicted (LRU).", [])
@@ -677,4 +682,11 @@ def _cache_metrics(stats: dict[str, int], embedder: dict[str, float]) -> Iterabl
     busy.add_metric([], embedder["busy_s"])
     texts = counter("gateway_cache_embedder_texts", "Texts the embedder embedded.", [])
     texts.add_metric([], embedder["texts"])
-    return [entries, evictions, expired, busy, texts]
+    timer = gauge(
+        "gateway_cache_lookup_timer_seconds",
+        "The timer a lookup gets now: the lookup budget less the margin that keeps the "
+        "waits of a late event loop within it (below the budget: the loop was late).",
+        [],
+    )
+    timer.add_metric([], timer_s)
+    return [entries, evictions, expired, busy, texts, timer]

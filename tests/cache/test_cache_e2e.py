@@ -354,6 +354,9 @@ def test_metrics_count_hits_misses_and_stages(gateway: Gateway) -> None:
     }
     assert totals["gateway_cache_embedder_texts_total"] >= 5  # the stored prompts at least
     assert 0 < totals["gateway_cache_embedder_busy_seconds_total"] < 60
+    # The budget's timer: the whole budget (3 s here), since no lookup waited past it.
+    timer = [line for line in text.splitlines() if line.startswith("gateway_cache_lookup_timer")]
+    assert timer == ["gateway_cache_lookup_timer_seconds 3.0"]
 
 
 def test_ttl_expiry_and_lru_eviction(
