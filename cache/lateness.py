@@ -16,15 +16,18 @@ timers fire together) raises it at once; it falls back only as lookups end in ti
 with the clock, so an idle spell keeps what the last burst taught.
 
 Earlier versions set the timer early by the largest lateness past the timer among the
-recent late lookups (alone, then twice it). Lateness on a loaded loop is not forecast by
-its recent past: at concurrency 64 in `bench/cache_latency.py --quick --model-ms 200`
-(synthetic prompts, a throwaway trace) it was 3 ms at the median and 8 ms at p90 at any
-number of lookups in flight, and the next stall often beat the window's largest: with the
-largest alone, the waits' p99 sat at the budget (45.7 to 50.8 ms in twelve runs, two past
-it); with twice it, 34 to 48 ms in eleven runs and 54.6 in one, for a timer near its floor
-and more lookups failed open. Steering by the outcome needs no model of the loop. Raising
-the margin by each overshoot instead of a step overreacted to single stalls (p99 36-43 ms,
-a third fewer semantic hits/s); a share of 1% with such raises let p99 reach 48-49 ms.
+recent late lookups (alone, then twice it). Lateness on a loaded loop is not forecast well
+by its recent past, nor by the load: at concurrency 64 in `bench/cache_latency.py --quick
+--model-ms 200` (synthetic prompts, a throwaway trace) it was 3 ms at the median and 8 ms
+at p90 at any number of lookups in flight, and the next stall often beat the window's
+largest. With the largest alone, the waits' p99 sat at the budget (42.4 to 50.9 ms in 21
+runs, four past it); with twice it, 33.7 to 48.2 ms in eleven runs and 54.6 in one, for a
+timer near its floor and more lookups failed open. Steering by the outcome needs no model
+of the loop: 44.0 to 46.4 ms in five runs with 67 semantic queries (three of them
+alternated with the largest-lateness rule: 48.3 to 50.2 ms, semantic hits/s the same
+within the noise), 42.2 and 42.7 ms in two with 22. Raising the margin by each overshoot
+instead of a step overreacted to single stalls (p99 36-43 ms, a third fewer semantic
+hits/s); a share of 1% with such raises let p99 reach 48-49.5 ms.
 
 Pure: the caller measures the waits.
 """
