@@ -61,7 +61,7 @@ def emit(metric: str, value: float, unit: str, **parameters: Any) -> None:
     print(json.dumps({**line, **parameters}), flush=True)
 
 
-def _rss_mb() -> float:
+def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KB on Linux
 
 
@@ -91,13 +91,13 @@ async def _lags_while(work: asyncio.Future[Any] | None, seconds: float) -> list[
 
 async def _measure(path: Path, stored: list[StoredEntry]) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
-    before = _rss_mb()
+    before = _peak_rss_mb()
     started = time.perf_counter()
     write = loop.run_in_executor(None, write_snapshot, path, DIM, stored)
     busy = await _lags_while(write, 0.0)
     await write
     seconds = time.perf_counter() - started
-    peak = _rss_mb() - before
+    peak = _peak_rss_mb() - before
     idle = await _lags_while(None, seconds)
     return {"seconds": seconds, "peak_mb": peak, "busy": busy, "idle": idle}
 
@@ -125,7 +125,7 @@ def write_child(entries: int, path: Path) -> None:
 
 def read_child(entries: int, path: Path) -> None:
     """Measures a fresh process's read of the snapshot at `path` (in the page cache)."""
-    before, resident = _rss_mb(), _resident_mb()
+    before, resident = _peak_rss_mb(), _resident_mb()
     started = time.perf_counter()
     stored = read_snapshot(path, DIM)
     seconds = time.perf_counter() - started
@@ -134,7 +134,7 @@ def read_child(entries: int, path: Path) -> None:
     params = {"entries": entries}
     emit("snapshot_read_s", round(seconds, 3), "s", **params)
     emit("snapshot_read_held_mb", round(held, 1), "MB", **params)
-    emit("snapshot_read_peak_mb", round(_rss_mb() - before, 1), "MB", **params)
+    emit("snapshot_read_peak_mb", round(_peak_rss_mb() - before, 1), "MB", **params)
 
 
 def _resident_mb() -> float:

@@ -299,7 +299,7 @@ def test_identical_requests_at_once_share_one_lookup(gateway: Gateway) -> None:
     while ask(gateway, "how do I delete my account", system=system).headers["x-cache"] != "hit":
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    before = _metric_totals(gateway)
+    before = _metric_totals(httpx.get(gateway.url + "/metrics").text)
     body = {
         "model": "echo",
         "messages": [
@@ -319,7 +319,7 @@ def test_identical_requests_at_once_share_one_lookup(gateway: Gateway) -> None:
         (200, "hit", "semantic")
     }
     assert {content(a) for a in answers} == {"echo: How do I delete my account?"}
-    after = _metric_totals(gateway)
+    after = _metric_totals(httpx.get(gateway.url + "/metrics").text)
     shared = after['gateway_cache_lookup_seconds_count{stage="shared"}'] - before.get(
         'gateway_cache_lookup_seconds_count{stage="shared"}', 0.0
     )
@@ -330,8 +330,8 @@ def test_identical_requests_at_once_share_one_lookup(gateway: Gateway) -> None:
     assert embedded + shared == 16  # each lookup embedded its prompt or shared another's
 
 
-def _metric_totals(gw: Gateway) -> dict[str, float]:
-    text = httpx.get(gw.url + "/metrics").text
+def _metric_totals(text: str) -> dict[str, float]:
+    """The embedder's totals and the lookup stages' counts in a /metrics exposition."""
     return {
         name: float(value)
         for name, value in (line.rsplit(" ", 1) for line in text.splitlines())
@@ -347,11 +347,7 @@ def test_metrics_count_hits_misses_and_stages(gateway: Gateway) -> None:
     assert 'gateway_cache_lookup_seconds_bucket{le="0.01",stage="search"}' in text
     entries = [line for line in text.splitlines() if line.startswith("gateway_cache_entries ")]
     assert entries and float(entries[0].split()[1]) >= 5
-    totals = {
-        name: float(value)
-        for name, value in (line.rsplit(" ", 1) for line in text.splitlines())
-        if name.startswith("gateway_cache_embedder_")
-    }
+    totals = _metric_totals(text)
     assert totals["gateway_cache_embedder_texts_total"] >= 5  # the stored prompts at least
     assert 0 < totals["gateway_cache_embedder_busy_seconds_total"] < 60
     # The budget's timer: the whole budget (3 s here), since no lookup waited past it.
