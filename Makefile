@@ -7,7 +7,12 @@ STAMP := $(VENV)/.installed
 DATA ?= .gateway
 export GATEWAY_DATA_DIR ?= $(DATA)
 
-.PHONY: run test coverage check format bench bench-quick install demo-model clean soak reliability-report chromium
+.PHONY: run test coverage check format bench bench-quick install demo-model clean soak reliability-report chromium engine run-vllm
+
+# vLLM's CPU build in a venv of its own, and a model its CPU kernels accept (backends/local_vllm.py).
+ENGINE ?= .engine
+ENGINE_STAMP := $(ENGINE)/.installed
+export GATEWAY_VLLM_PYTHON ?= $(abspath $(ENGINE))/bin/python
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -23,6 +28,17 @@ install: $(STAMP)
 
 demo-model: $(STAMP)
 	$(PY) -m backends.worker.tiny_model $(GATEWAY_DATA_DIR)/tiny-chat
+
+$(ENGINE_STAMP): scripts/install_engine.sh scripts/install_torch.sh
+	bash scripts/install_engine.sh $(ENGINE)
+	touch $(ENGINE_STAMP)
+
+engine: $(ENGINE_STAMP) $(STAMP)
+	$(PY) -m backends.worker.tiny_model --shape vllm $(GATEWAY_DATA_DIR)/tiny-vllm
+
+# The gateway in front of a local vLLM (CPU build) that it starts and stops with itself.
+run-vllm: engine
+	$(VENV)/bin/gateway serve --config config/local-vllm.yaml
 
 run: demo-model
 	@echo 'Starting the demo gateway (Ctrl-C stops it). Its CLI, from this directory in another terminal:'
@@ -44,12 +60,12 @@ format: $(STAMP)
 chromium:
 	bash scripts/install_chromium.sh
 
-test: check chromium
+test: check chromium engine
 	$(VENV)/bin/pytest
 
 # The same suite under coverage, the gateway and worker processes it starts included
 # (pyproject.toml [tool.coverage.run]): slower, since every process it starts is measured.
-coverage: check chromium
+coverage: check chromium engine
 	$(VENV)/bin/pytest --cov --cov-report=term:skip-covered
 
 BENCHES := proxy_overhead cache_quality cache_loco error_bound cache_latency cache_latency_component snapshot_write overload weight_load cold_start capacity batch_interference workload_shapes
@@ -77,4 +93,4 @@ reliability-report: $(STAMP)
 	$(PY) bench/reliability.py $(RELIABILITY_ARGS) | tee bench/results/reliability.jsonl
 
 clean:
-	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache .coverage
+	rm -rf $(VENV) $(ENGINE) $(DATA) .pytest_cache .mypy_cache .ruff_cache .coverage

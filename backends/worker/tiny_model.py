@@ -11,6 +11,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,10 +33,29 @@ CHAT_TEMPLATE = (
 )
 
 
-def write_tiny_chat_model(dest: Path, seed: int = 0) -> Path:
+@dataclass(frozen=True)
+class Shape:
+    """A Llama's size. `head_dim` is hidden_size / num_attention_heads."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    num_hidden_layers: int = 2
+
+
+# The demo's model: 0.9M parameters, fast enough for the bundled worker's tests (head_dim 16).
+TINY = Shape(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
+# vLLM's CPU attention kernels refuse head_dim 16 ("Unsupported CPU attention configuration");
+# 64 works. Same tokenizer, 17M parameters (most of them the 30k-token embeddings).
+VLLM = Shape(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2)
+SHAPES = {"tiny": TINY, "vllm": VLLM}
+
+
+def write_tiny_chat_model(dest: Path, seed: int = 0, shape: Shape = TINY) -> Path:
     """Write the model into `dest` unless it is already there; return `dest`."""
     return write_folder_atomically(
-        Path(dest), lambda folder: _write_model(folder, seed), is_complete
+        Path(dest), lambda folder: _write_model(folder, seed, shape), is_complete
     )
 
 
@@ -72,18 +92,18 @@ def _move_into_place(staging: Path, dest: Path, complete: Callable[[Path], bool]
             raise
 
 
-def _write_model(folder: Path, seed: int) -> None:
+def _write_model(folder: Path, seed: int, shape: Shape) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = chat_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
         max_position_embeddings=CONTEXT_LENGTH,
         bos_token_id=tokenizer.cls_token_id,
         eos_token_id=tokenizer.sep_token_id,
@@ -115,13 +135,17 @@ def chat_tokenizer() -> PreTrainedTokenizerBase:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    shape = TINY
+    if len(args) == 3 and args[0] == "--shape" and args[1] in SHAPES:
+        shape, args = SHAPES[args[1]], args[2:]
     if len(args) != 1:
-        print("usage: python -m backends.worker.tiny_model DEST", file=sys.stderr)
+        usage = "usage: python -m backends.worker.tiny_model [--shape tiny|vllm] DEST"
+        print(usage, file=sys.stderr)
         return 2
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    print(write_tiny_chat_model(Path(args[0])))
+    print(write_tiny_chat_model(Path(args[0]), shape=shape))
     return 0
 
 

@@ -107,7 +107,7 @@ class EngineLimiter:
         if sample.running is None and sample.waiting is None:
             return None
         running = sample.running or 0.0
-        waiting = sample.waiting or 0.0
+        waiting = _waiting(sample)
         kv_full = sample.kv_usage is not None and sample.kv_usage >= self._kv_high
         queueing = self._queueing(sample, now) or (waiting > 0 and kv_full)
         if queueing:
@@ -133,7 +133,7 @@ class EngineLimiter:
         """Whether the engine holds requests in its queue for want of room (see
         QUEUED_STEPS): from its queue-time counters when it has them, else from waiting
         seen on QUEUED_TICKS ticks in a row."""
-        waiting = sample.waiting or 0.0
+        waiting = _waiting(sample)
         self._queued_ticks = self._queued_ticks + 1 if waiting > 0 else 0
         last, self._last = self._last, (now, sample)
         step_s = None if last is None else _step_time(last[1], sample, now - last[0])
@@ -151,6 +151,10 @@ class EngineLimiter:
             return self._queued_ticks >= QUEUED_TICKS
         mean_wait_s = (sample.queue_time_sum - before.queue_time_sum) / left
         threshold = QUEUED_STEPS * step_s if step_s is not None else QUEUE_WAIT_FLOOR_S
+        if sample.queue_time_at_finish and waiting == 0:
+            # vLLM records a wait when the request finishes: this one waited a whole
+            # service time ago, and nothing waits now (its queue has drained).
+            return False
         return mean_wait_s > threshold
 
     def _growth(self, sample: EngineSample, expected_tokens: float) -> float:
@@ -170,6 +174,14 @@ class EngineLimiter:
 
     def _clamp(self, limit: float) -> float:
         return min(self._max, max(self._min, limit))
+
+
+def _waiting(sample: EngineSample) -> float:
+    """Requests the engine holds for want of room: vLLM's `capacity` reason where it
+    says why they wait (a `deferred` request waits for something else), else all."""
+    if sample.waiting_for_capacity is not None:
+        return sample.waiting_for_capacity
+    return sample.waiting or 0.0
 
 
 def _step_time(before: EngineSample, after: EngineSample, seconds: float) -> float | None:

