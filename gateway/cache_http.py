@@ -70,8 +70,10 @@ class HttpCache:
             return None
         inputs = request.cache_inputs()
         mode = mode_for(inputs, cache_control, self._policy)
-        # The scope comes from the operator's config, never from the request.
-        scope = f"group:{tenant.cache_group}" if tenant.cache_group else f"tenant:{tenant.name}"
+        # The scope comes from the operator's config, never from the request; a tenant's
+        # own is its owner's, so a tenant created again under a deleted one's name starts
+        # with an empty cache (`Tenant.owner`).
+        scope = f"group:{tenant.cache_group}" if tenant.cache_group else f"tenant:{tenant.owner}"
         key = cache_key(scope, request.model, inputs) if mode is not Mode.BYPASS else None
         if key is None:
             self._metrics.cache_lookup(tenant.name, request.model, "bypass", "-")

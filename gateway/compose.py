@@ -129,7 +129,7 @@ async def build(
     path_parts = (pools, quotas, http_cache, settings.traffic, metrics, lifecycle, body, *routing)
     pipeline = Pipeline(auth, catalog, *path_parts)
     # Batch lines take the same path, as their job's tenant and in the batch class.
-    lines = Pipeline(LineAuthenticator(), BatchClass(catalog), *path_parts)
+    lines = Pipeline(LineAuthenticator(catalog), BatchClass(catalog), *path_parts)
     batches = await build_batches(settings, lines, auth, catalog, metrics, access, stack, tasks)
     admin = AdminApi(
         AdminAuthenticator(admin_key_hashes(settings.admin, env), auth),

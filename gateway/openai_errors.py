@@ -16,16 +16,53 @@ from pydantic_core import ErrorDetails
 
 from gateway.errors import BadRequest
 
+# How deeply a body's arrays and objects may nest. orjson reads up to 1024 levels but
+# writes at most 255, and the gateway writes bodies again (a fallback's model, vLLM's
+# priority, the cache): a body between the two would fail there, as a 500. Tool schemas,
+# the deepest thing a real request holds, stay far below this.
+MAX_JSON_DEPTH = 128
+
 
 def json_object(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, or the 400 OpenAI answers for one that is not."""
     try:
         fields = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise too_deep() from exc
         raise unparsable(raw, str(exc)) from exc
     if not isinstance(fields, dict):
         raise not_an_object(fields)
+    if _nested_deeper(raw, fields, MAX_JSON_DEPTH):
+        raise too_deep()
     return fields
+
+
+def too_deep() -> BadRequest:
+    return BadRequest(
+        f"The request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep.",
+        code="json_too_deep",
+    )
+
+
+def _nested_deeper(raw: bytes, value: dict[str, Any], limit: int) -> bool:
+    """Whether `value` (parsed from `raw`) nests containers more than `limit` levels deep.
+    A body with no more brackets than the limit cannot (the usual case, counted in C);
+    otherwise the containers are walked a level at a time, without recursion."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    level: list[dict[str, Any] | list[Any]] = [value]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[dict[str, Any] | list[Any]] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            below.extend(c for c in children if isinstance(c, dict | list))
+        level = below
+    return False
 
 
 def not_an_object(fields: object) -> BadRequest:
@@ -101,6 +138,8 @@ def bad_request(exc: ValidationError, body: dict[str, Any]) -> BadRequest:
             param=param,
             code=f"empty_{what}",
         )
+    if kind == "string_too_long":
+        return _too_long(param, error)
     bound = _BOUNDS.get(kind)
     if bound is not None:
         return _out_of_range(param, error, *bound)
@@ -258,6 +297,17 @@ _BOUNDS = {
     "greater_than_equal": ("ge", "below_min_value", "minimum value", ">="),
     "less_than_equal": ("le", "above_max_value", "maximum value", "<="),
 }
+
+
+def _too_long(param: str, error: ErrorDetails) -> BadRequest:
+    """OpenAI's wording and code for a string over its field's maximum length."""
+    limit = error.get("ctx", {}).get("max_length")
+    return BadRequest(
+        f"Invalid '{param}': string too long. Expected a string with maximum length {limit}, "
+        f"but got a string with length {len(error['input'])} instead.",
+        param=param,
+        code="string_above_max_length",
+    )
 
 
 def _out_of_range(

@@ -43,6 +43,10 @@ from gateway.errors import BadRequest
 from gateway.openai_errors import bad_request, json_object
 
 NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
+# A model name is a client's string until it routes; capped so that an unknown one costs
+# little in the 404 and the log line (OpenAI's own model ids are far shorter).
+MAX_MODEL_CHARS = 256
+ModelName = Annotated[StrictStr, Field(min_length=1, max_length=MAX_MODEL_CHARS)]
 MAX_TOKENS = 2**31 - 1
 MAX_CHOICES = 128  # OpenAI's bound on `n`
 TokenCount = Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
@@ -59,7 +63,7 @@ Kind = Literal["chat", "completions", "embeddings"]
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
     kind: ClassVar[Kind]
-    model: NonEmptyStr
+    model: ModelName
     stream: StrictBool | None = False
     # Plain slots, set once by `parse_request`, not pydantic private attributes: those are
     # set up for every instance and read through `BaseModel.__getattr__` (about 2 us a

@@ -55,6 +55,8 @@ from gateway.traffic.forward import forward
 from gateway.traffic.pool import Admitted, Pool
 from gateway.usage import UsageTap
 
+UNROUTED_MODEL = "unknown"  # the model recorded for a request whose model did not route
+
 
 @dataclass(slots=True)
 class Call:
@@ -139,8 +141,11 @@ class Pipeline:
         tenant = await self._authenticate(exchange)
         raw = await self._body.read(request)
         body = parse_request(kind, raw)
-        exchange.model = body.model
+        # A client's model name becomes a metric label, an event and a log field only once
+        # it routes: made-up names would grow them without bound.
+        exchange.model = UNROUTED_MODEL
         call = self._route(body, raw, tenant, exchange)
+        exchange.model = body.model
         await self._admit(call, exchange)
         return await unless_disconnected(request, self._answer(call, exchange))
 
@@ -263,7 +268,7 @@ class Pipeline:
         )
         if limits.unlimited:
             return  # nothing to reserve or settle
-        admission = await self._quotas.admit(call.tenant.name, limits, exchange.estimate)
+        admission = await self._quotas.admit(call.tenant.owner, limits, exchange.estimate)
         if not admission.allowed:
             self._metrics.quota_rejected(call.tenant.name, admission.reason or "unknown")
             raise _refusal(admission)

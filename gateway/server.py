@@ -17,6 +17,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from gateway.accesslog import configure_logging
 from gateway.body import BODY_RECEIVED
 from gateway.disconnect import SERVER_CANCELS, cancel_on_disconnect
+from gateway.errors import error_body
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -28,7 +29,15 @@ def serve(settings: Settings, host: str, port: int, source: str = "") -> int:
     from gateway.app import create_app  # here: the bench's skeleton imports only the config
 
     configure_logging(settings.log_level)
-    server = FreezingServer(uvicorn_config(create_app(settings), host, port))
+    limits = settings.limits
+    config = uvicorn_config(
+        create_app(settings),
+        host,
+        port,
+        max_head_bytes=limits.max_header_bytes,
+        max_connections=limits.max_connections,
+    )
+    server = FreezingServer(config)
     server.banner = serving_line(settings, host, port, source)
     # uvicorn drains on SIGTERM, restores this handler and raises the signal again: a
     # gateway that drained cleanly exits 0.
@@ -72,14 +81,32 @@ class FreezingServer(uvicorn.Server):
             print(self.banner, file=sys.stderr, flush=True)
 
 
-def uvicorn_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:
+# Defaults of `limits.max_header_bytes` and `limits.max_connections` (gateway/settings.py).
+MAX_HEAD_BYTES = 64 * 1024
+MAX_CONNECTIONS = 8192
+
+
+def uvicorn_config(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    max_head_bytes: int = MAX_HEAD_BYTES,
+    max_connections: int = MAX_CONNECTIONS,
+) -> uvicorn.Config:
     """The gateway's uvicorn settings (bench/skeleton_proxy.py serves its baseline with them)."""
+    protocol = type(
+        "GatewayProtocol", (HeadersDeadlineProtocol,), {"max_head_bytes": max_head_bytes}
+    )
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         loop="uvloop",
-        http=HeadersDeadlineProtocol,
+        http=protocol,
+        # uvicorn answers 503 once this many connections are open, the asking one counted:
+        # one more, so that `max_connections` are served.
+        limit_concurrency=max_connections + 1,
         lifespan="on",
         access_log=False,  # the gateway writes its own access line, without secrets
         proxy_headers=False,  # client addresses are not used; skip the per-request rewrite
@@ -96,31 +123,97 @@ def uvicorn_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:
 HEADERS_TIMEOUT_S = 10.0
 
 
+# After a 431, how long the rest of what the client sends is read and dropped before the
+# connection closes: closing with unread data would reset it, and the client would see a
+# broken connection instead of the answer (nginx's lingering close).
+LINGER_S = 2.0
+
+
 class HeadersDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, closing connections whose headers do not arrive in
     time (idle connections between requests are uvicorn's keep-alive timeout's),
-    cancelling a request whose client left before its answer began
-    (`gateway.disconnect`), and saying in the scope when a request's whole body has
-    arrived (`BODY_RECEIVED`: reading it then needs no timeout, `gateway.body`)."""
+    answering 431 to a request line and headers over `max_head_bytes` (as they arrive,
+    before any of it reaches the app), cancelling a request whose client left before its
+    answer began (`gateway.disconnect`), and saying in the scope when a request's whole
+    body has arrived (`BODY_RECEIVED`: reading it then needs no timeout, `gateway.body`)."""
 
+    max_head_bytes = MAX_HEAD_BYTES
     _headers_timer: asyncio.TimerHandle | None = None
+    # The request line and headers of the request being read: as parsed (httptools hands
+    # a header over only once it is whole), and as received (a header that never ends).
+    _head_bytes = 0
+    _raw_head_bytes = 0
+    _reading_head = True
+    _heads_read = 0
+    _refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
 
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # lingering: dropped
+        heads_read = self._heads_read
+        super().data_received(data)
+        if self._reading_head and self._heads_read == heads_read and not self._refused:
+            # All of it belongs to the unfinished head (one ended within it: counted anew).
+            self._raw_head_bytes += len(data)
+            if self._raw_head_bytes > self.max_head_bytes:
+                self._refuse_head()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._head_bytes = 0
         self._arm()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        if not self._refused:
+            super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self._reading_head, self._raw_head_bytes = False, 0
+        self._heads_read += 1
+        if self._refused:
+            return  # answered 431: no request for the app
         super().on_headers_complete()
         self._mark(SERVER_CANCELS)  # no watcher task per request needed
 
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        self._reading_head = True
+        if self._refused:
+            return
         super().on_message_complete()
         self._mark(BODY_RECEIVED)
+
+    def _count_head(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > self.max_head_bytes and not self._refused:
+            self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        """431 in the API's error JSON, then the connection closes (after a linger)."""
+        self._refused = True
+        self._disarm()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # an answer is being written here: no room for this one
+            return
+        message = f"The request line and headers are larger than {self.max_head_bytes} bytes."
+        body = error_body(message, "invalid_request_error", None, "request_headers_too_large")
+        self.transport.write(_HEAD_TOO_LARGE % len(body) + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
     def _mark(self, flag: str) -> None:
         """Sets `flag` in the scope of the request being parsed, for the app to read."""
@@ -148,6 +241,12 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
     def _headers_too_slow(self) -> None:
         if not self.transport.is_closing():
             self.transport.close()
+
+
+_HEAD_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n"
+)
 
 
 def _exit_after_drain(signum: int, frame: FrameType | None) -> None:

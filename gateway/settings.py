@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
+    PrivateAttr,
     StringConstraints,
     field_validator,
     model_validator,
@@ -168,6 +169,17 @@ class TenantProfile(Strict):
 
 class Tenant(TenantProfile):
     keys: list[DeclaredKey] = Field(default_factory=list)
+    # Set by the catalog for a tenant the admin API created (gateway/tenancy/tenants.py).
+    _uid: str | None = PrivateAttr(default=None)
+
+    @property
+    def owner(self) -> str:
+        """Whose data this tenant's is: files, jobs, cache scope and quota counters are kept
+        by it, never by the name alone, so that a tenant deleted and created again under
+        the same name starts with nothing of the old one's. A configured tenant's is its
+        name; an API-created one's carries the id it was created with (`NAME~ID`; `~` is
+        never in a name)."""
+        return self.name if self._uid is None else f"{self.name}~{self._uid}"
 
 
 class AdminSettings(Strict):
@@ -245,6 +257,10 @@ class Limits(Strict):
     # How long a client may take to send a request's body once its headers are in (the
     # headers have their own limit, gateway/server.py); past it: 408 and the connection closes.
     body_timeout_s: float = Field(default=30.0, gt=0)
+    # Counted as they arrive, before authentication (gateway/server.py): past it, 431.
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    # Open client connections served at once; a request on one more is answered 503.
+    max_connections: int = Field(default=8192, ge=1)
 
 
 class Settings(Strict):

@@ -154,7 +154,7 @@ class AdminApi:
                 param="name",
                 code="tenant_exists",
             )
-        await self.directory.save(TenantProfile(**profile.model_dump()))
+        await self.directory.save(TenantProfile(**profile.model_dump()), created=True)
         return 201, self._info_of(profile.name)
 
     async def get_tenant(self, request: Request) -> Answer:
@@ -223,7 +223,7 @@ class AdminApi:
 
     async def usage(self, request: Request) -> Answer:
         tenant = self.directory.catalog.tenant(await self._tenant_name(request))
-        standing = await self.quotas.standing(tenant.name)
+        standing = await self.quotas.standing(tenant.owner)
         q, cal = tenant.quotas, calendar(time.time())
 
         def rate(filled_s: float, limit: int | None) -> RateUsage | None:

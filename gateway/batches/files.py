@@ -18,7 +18,7 @@ from gateway.batches.models import FileRecord, new_id
 from gateway.batches.store import BatchStore
 from gateway.errors import GatewayError
 from gateway.settings import BatchSettings
-from gateway.tenancy.tenants import Catalog
+from gateway.tenancy.tenants import Catalog, tenant_name
 
 
 class Files:
@@ -42,7 +42,7 @@ class Files:
         """A batch input file, kept once every line is a request the tenant may send."""
         limits = (self._settings.max_lines, self._max_body)
         lines = await anyio.to_thread.run_sync(parse_lines, data, *limits)
-        wrong = unroutable(self._catalog, tenant, lines)
+        wrong = unroutable(self._catalog, tenant_name(tenant), lines)
         if wrong:
             raise wrong[0]
         models = {line.model for line in lines}

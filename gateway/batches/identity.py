@@ -35,16 +35,21 @@ SCHEME = "Batch"
 
 
 class LineAuthenticator(Authenticator):
-    """Authenticates batch lines only (see the module): no store, no keys."""
+    """Authenticates batch lines only (see the module): no store, no keys. The header
+    names the job's owner (`Tenant.owner`), so that a job of a tenant deleted since runs
+    nothing, even after a tenant of the same name was created."""
 
-    def __init__(self) -> None:  # nothing of Authenticator's: no key is ever looked up
-        pass
+    def __init__(self, catalog: Catalog) -> None:  # nothing of Authenticator's: no key
+        self._catalog = catalog
 
     async def authenticate(self, authorization: str | None) -> Principal:
-        scheme, _, tenant = (authorization or "").partition(" ")
-        if scheme != SCHEME or not tenant:
+        scheme, _, owner = (authorization or "").partition(" ")
+        if scheme != SCHEME or not owner:
             raise Unauthenticated("A batch line without its job's tenant.")
-        return Principal(tenant, "batch")
+        tenant = self._catalog.current(owner)
+        if tenant is None:
+            raise Unauthenticated("The batch's tenant was deleted.")
+        return Principal(tenant.name, "batch")
 
 
 class BatchClass(Catalog):
@@ -57,8 +62,13 @@ class BatchClass(Catalog):
     def tenant(self, name: str) -> Tenant:
         return self._catalog.tenant(name).model_copy(update={"priority": "batch"})
 
-    def apply(self, overlay: Mapping[str, TenantProfile | None]) -> None:
-        self._catalog.apply(overlay)
+    def apply(
+        self, overlay: Mapping[str, TenantProfile | None], uids: Mapping[str, str] | None = None
+    ) -> None:
+        self._catalog.apply(overlay, uids)
+
+    def current(self, owner: str) -> Tenant | None:
+        return self._catalog.current(owner)
 
     def configured(self, name: str) -> bool:
         return self._catalog.configured(name)
@@ -82,10 +92,10 @@ class BatchClass(Catalog):
         return self._catalog.cache_scope(name)
 
 
-def line_request(tenant: str, line: InputLine) -> Request:
-    """The line as an HTTP request of its job's tenant, over a scope of its own."""
+def line_request(owner: str, line: InputLine) -> Request:
+    """The line as an HTTP request of its job's owner, over a scope of its own."""
     headers = [
-        (b"authorization", f"{SCHEME} {tenant}".encode()),
+        (b"authorization", f"{SCHEME} {owner}".encode()),
         (b"content-type", b"application/json"),
         (b"content-length", str(len(line.body)).encode()),
         (b"x-priority", b"batch"),

@@ -17,6 +17,7 @@ from gateway.batches.errors import BatchStoreError
 from gateway.batches.models import STATUSES, BatchJob, Counts
 from gateway.batches.store import BatchStore, open_store
 from gateway.settings import Settings
+from gateway.tenancy.tenants import tenant_name
 
 
 class BatchReportUnavailable(Exception):
@@ -37,7 +38,7 @@ async def batch_report(settings: Settings, query: ReportQuery) -> dict[str, Any]
 
 
 async def _report(store: BatchStore, query: ReportQuery) -> dict[str, Any]:
-    jobs = [job for job in await store.list_jobs(query.tenant) if _shown(job, query)]
+    jobs = [job for job in await store.list_jobs() if _shown(job, query)]
     rows = [_row(job, job.counts or await store.counts(job.id, job.total)) for job in jobs]
     statuses: Counter[str] = Counter(job.status for job in jobs)
     return {
@@ -58,6 +59,8 @@ async def _report(store: BatchStore, query: ReportQuery) -> dict[str, Any]:
 def _shown(job: BatchJob, query: ReportQuery) -> bool:
     if query.model is not None and job.model != query.model:
         return False
+    if query.tenant is not None and tenant_name(job.tenant) != query.tenant:
+        return False  # by name: every tenant of that name, deleted ones' too
     return not job.over or query.start <= job.created_at < query.end
 
 
@@ -66,7 +69,7 @@ def _row(job: BatchJob, counts: Counts) -> dict[str, Any]:
     done = counts.completed + counts.failed
     return {
         "id": job.id,
-        "tenant": job.tenant,
+        "tenant": tenant_name(job.tenant),
         "status": job.status,
         "endpoint": job.endpoint,
         "model": job.model,

@@ -77,8 +77,10 @@ class BatchApi:
         rid, started, tenant = request_id(request.headers), time.perf_counter(), None
         try:
             principal = await self._auth.authenticate(request.headers.get("authorization"))
-            tenant = self._catalog.tenant(principal.tenant).name
-            response = await handler(self, request, tenant)
+            found = self._catalog.tenant(principal.tenant)
+            tenant = found.name
+            # Files and jobs are the owner's, not the name's (`Tenant.owner`).
+            response = await handler(self, request, found.owner)
         except Exception as exc:
             error = _as_error(exc, rid)
             self._log(request, rid, tenant, started, error.status, error.code or error.type)

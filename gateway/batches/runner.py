@@ -33,7 +33,7 @@ from gateway.batches.finalize import Finisher
 from gateway.batches.lines import InputLine, parse_lines
 from gateway.batches.models import CANCELLABLE, STATUSES, BatchJob, LineError
 from gateway.metrics import counter, gauge
-from gateway.tenancy.tenants import Catalog
+from gateway.tenancy.tenants import Catalog, tenant_name
 
 _log = logging.getLogger("gateway.batches")
 REST_S = 30.0  # a job whose run failed (store away, a bug) is left alone this long
@@ -188,7 +188,7 @@ class Runner:
 
     async def _validate(self, job: BatchJob, lines: list[InputLine]) -> BatchJob:
         errors = _endpoint_errors(job, lines) + [
-            _line_error(e) for e in unroutable(self._catalog, job.tenant, lines)
+            _line_error(e) for e in unroutable(self._catalog, tenant_name(job.tenant), lines)
         ]
         if errors:
             return await self._finisher.fail(job, errors[:MAX_ERRORS])

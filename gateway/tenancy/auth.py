@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError, StateUnavailable, Unauthenticated
 from gateway.settings import hash_key
 from gateway.tenancy.state import StateStore, StateStoreError
+
+# Bounds of the answers kept (LRU): every key a deployment has, and recent unknown keys.
+KNOWN_KEYS = 100_000
+UNKNOWN_KEYS = 10_000
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,11 @@ class Authenticator:
         self._static = static_keys
         self._ttl = cache_ttl_s
         self._grace = stale_grace_s
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        # Answers by key hash, least recently used first. Unknown keys apart from known
+        # ones: a flood of random keys then only turns the unknown keys' cache over, and
+        # cannot push out (or, as a plain cap would, clear) the keys tenants use.
+        self._known: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
+        self._unknown: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
 
     async def authenticate(self, authorization: str | None) -> Principal:
         key = _bearer(authorization)
@@ -51,7 +60,7 @@ class Authenticator:
 
     async def _lookup(self, key_hash: str) -> Principal | None:
         now = time.monotonic()
-        cached = self._cache.get(key_hash)
+        cached = self._cached(key_hash)
         if cached is not None and now - cached[0] < self._ttl:
             return cached[1]
         try:
@@ -63,10 +72,25 @@ class Authenticator:
                 "The key store is unreachable; try again shortly.", retry_after=1
             ) from exc
         principal = None if record is None else Principal(record.tenant, record.key_id)
-        if len(self._cache) > 100_000:
-            self._cache.clear()  # bounded: a flood of random keys cannot grow it forever
-        self._cache[key_hash] = (now, principal)
+        self._remember(key_hash, (now, principal))
         return principal
+
+    def _cached(self, key_hash: str) -> tuple[float, Principal | None] | None:
+        for cache in (self._known, self._unknown):
+            cached = cache.get(key_hash)
+            if cached is not None:
+                cache.move_to_end(key_hash)
+                return cached
+        return None
+
+    def _remember(self, key_hash: str, answer: tuple[float, Principal | None]) -> None:
+        known = answer[1] is not None
+        cache, other = (self._known, self._unknown) if known else (self._unknown, self._known)
+        other.pop(key_hash, None)  # a key created or revoked since its last answer
+        cache[key_hash] = answer
+        cache.move_to_end(key_hash)
+        if len(cache) > (KNOWN_KEYS if known else UNKNOWN_KEYS):
+            cache.popitem(last=False)
 
 
 class AdminDisabled(GatewayError):

@@ -1,8 +1,11 @@
 """Tenants written by the admin API, kept current on every replica.
 
 Each tenant the admin API created or changed is one JSON document in the state store:
-`{"tenant": {...TenantProfile...}, "updated_at": unix_s}`, or `{"deleted": true, ...}` for
-a configured tenant the API deleted. `TenantDirectory.run()` polls the store's version
+`{"tenant": {...TenantProfile...}, "updated_at": unix_s, "uid": ID}`, or `{"deleted": true,
+...}` for a configured tenant the API deleted. `uid` is given when the API creates the
+tenant and kept by every change after (a configured tenant changed by the API has none):
+its data is kept by it (`Tenant.owner`), so a tenant created again under a deleted one's
+name never sees the old one's files, jobs, cache entries or quota counters. `TenantDirectory.run()` polls the store's version
 every `poll_s` (0.5 s) and, when it moved, reloads the documents into the `Catalog`: so a
 change made on one replica reaches the others' live traffic within about a second, with no
 restart. While the store is unreachable the last overlay stays in force.
@@ -11,6 +14,7 @@ restart. While the store is unreachable the last overlay stays in force.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -31,6 +35,7 @@ class TenantDirectory:
         self._poll_s = poll_s
         self._version: str | None = None
         self._updated: dict[str, float] = {}
+        self._uids: dict[str, str] = {}
         self._failing = False
 
     def updated_at(self, name: str) -> float | None:
@@ -43,10 +48,14 @@ class TenantDirectory:
             return
         docs = await self._store.list_tenants()
         overlay: dict[str, TenantProfile | None] = {}
+        uids: dict[str, str] = {}
         for name, doc in docs.items():
             if _read(name, doc, overlay):
                 self._updated[name] = float(doc.get("updated_at", 0.0))
-        self.catalog.apply(overlay)
+                if isinstance(doc.get("uid"), str):
+                    uids[name] = doc["uid"]
+        self.catalog.apply(overlay, uids)
+        self._uids = uids
         self._version = version
 
     async def run(self) -> None:
@@ -60,8 +69,13 @@ class TenantDirectory:
                 self._failing = True
             await anyio.sleep(self._poll_s)
 
-    async def save(self, profile: TenantProfile) -> None:
-        doc = {"tenant": profile.model_dump(mode="json"), "updated_at": time.time()}
+    async def save(self, profile: TenantProfile, *, created: bool = False) -> None:
+        """Stores the tenant; `created`: a new one, with an id of its own (see the module),
+        else a change that keeps the id it has (none for a configured tenant)."""
+        doc: dict[str, Any] = {"tenant": profile.model_dump(mode="json"), "updated_at": time.time()}
+        uid = secrets.token_hex(8) if created else self._uids.get(profile.name)
+        if uid is not None:
+            doc["uid"] = uid
         await self._store.put_tenant(profile.name, doc)
         await self.refresh()
 

@@ -35,8 +35,11 @@ class Catalog:
         self._overlaid: frozenset[str] = frozenset()
         self._allowed: dict[tuple[str, str], bool] = {}
 
-    def apply(self, overlay: Mapping[str, TenantProfile | None]) -> None:
-        """Replaces the previous overlay; None hides a configured tenant."""
+    def apply(
+        self, overlay: Mapping[str, TenantProfile | None], uids: Mapping[str, str] | None = None
+    ) -> None:
+        """Replaces the previous overlay; None hides a configured tenant. `uids`: the id
+        each tenant the admin API created was given (see `Tenant.owner`)."""
         tenants = dict(self._configured)
         for name, profile in overlay.items():
             if profile is None:
@@ -44,7 +47,8 @@ class Catalog:
                 continue
             configured = self._configured.get(name)
             keys = list(configured.keys) if configured is not None else []
-            tenants[name] = Tenant(**profile.model_dump(), keys=keys)
+            tenants[name] = tenant = Tenant(**profile.model_dump(), keys=keys)
+            tenant._uid = (uids or {}).get(name)
         # Swapped whole, between two awaits: a request sees the old set or the new one.
         self._tenants = tenants
         self._overlaid = frozenset(n for n, p in overlay.items() if p is not None)
@@ -93,9 +97,20 @@ class Catalog:
         members = {name, *(t.name for t in self._tenants.values() if t.cache_group == group)}
         return f"group:{group}", sorted(members)
 
+    def current(self, owner: str) -> Tenant | None:
+        """The tenant whose data `owner` names, if it still exists: None once it was
+        deleted, even if a tenant of the same name was created since."""
+        tenant = self._tenants.get(tenant_name(owner))
+        return tenant if tenant is not None and tenant.owner == owner else None
+
     def tenant(self, name: str) -> Tenant:
         tenant = self._tenants.get(name)
         if tenant is None:
             # A key whose tenant was removed from the configuration or deleted.
             raise Unauthenticated("Incorrect API key provided.")
         return tenant
+
+
+def tenant_name(owner: str) -> str:
+    """The name in a `Tenant.owner`."""
+    return owner.partition("~")[0]

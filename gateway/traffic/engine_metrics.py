@@ -159,7 +159,7 @@ def parse(engine: Engine, text: str | bytes) -> EngineSample:
         name, how = _CAPACITY[engine]
         capacity = _combine(series, (name,), how)
     tokens = None if capacity is None else int(capacity)
-    at_finish = engine == "vllm"
+    at_finish = engine == "vllm" and fields["queue_time_count"] is not None
     return EngineSample(**fields, kv_capacity_tokens=tokens, queue_time_at_finish=at_finish)
 
 

@@ -11,7 +11,7 @@ from gateway.batches.lines import InputLine
 from gateway.disconnect import SERVER_CANCELS
 from gateway.errors import Unauthenticated
 from gateway.prompt_size import SizeRoutes
-from gateway.settings import Tenant
+from gateway.settings import Tenant, TenantProfile
 from gateway.tenancy.tenants import Catalog
 
 
@@ -47,9 +47,13 @@ def test_every_tenant_is_in_the_batch_class_and_the_rest_is_the_catalogs() -> No
 
 
 async def test_a_line_is_its_tenants_and_nothing_else_is() -> None:
-    auth = LineAuthenticator()
+    tenants = catalog()
+    auth = LineAuthenticator(tenants)
     assert (await auth.authenticate("Batch acme")).tenant == "acme"
-    for header in (None, "", "Bearer sk-x", "Batch", "Batch "):
+    # Deleted, then created again through the admin API: the old job's lines run nothing.
+    tenants.apply({"acme": TenantProfile(name="acme")}, {"acme": "u2"})
+    assert (await auth.authenticate("Batch acme~u2")).tenant == "acme"
+    for header in (None, "", "Bearer sk-x", "Batch", "Batch ", "Batch acme", "Batch acme~u1"):
         with pytest.raises(Unauthenticated):
             await auth.authenticate(header)
 

@@ -59,7 +59,6 @@ def fixture(name: str) -> bytes:
                 preemptions=2.0,
                 prompt_tokens=3.41188e06,
                 generation_tokens=902211.0,
-                queue_time_at_finish=True,
             ),
         ),
         (  # num_running_reqs_offline_batch is another gauge, not num_running_reqs
@@ -264,7 +263,7 @@ async def test_scrape_reads_a_replicas_metrics() -> None:
     async with engine_server() as base_url, opened(base_url) as upstream:
         sample = await scrape(upstream, metrics_url(base_url), "vllm", 2.0)
     assert sample == parse("vllm", fixture("vllm_metrics.txt"))
-    assert sample is not None and sample.running == 21.0
+    assert sample is not None and sample.running == 12.0
 
 
 async def test_scrape_is_none_for_an_error_status_a_timeout_or_no_server() -> None:
