@@ -97,7 +97,7 @@ from bench.capacity_loadgen import (  # noqa: E402
 )
 from bench.measure import percentile, ratio_interval  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
-from tests.support.processes import Gateway, start_gateway  # noqa: E402
+from tests.support.processes import OPERATOR, Gateway, start_gateway  # noqa: E402
 
 BENCH = "batch_interference"
 TARGET_RATIO = 1.5
@@ -272,7 +272,10 @@ def create_batch(client: Any, lines: int) -> str:
 
 
 def gateway_completed(gateway: Gateway) -> float:
-    return completed_lines(httpx.get(gateway.url + "/metrics", timeout=10).text) or 0.0
+    return (
+        completed_lines(httpx.get(gateway.url + "/metrics", timeout=10, headers=OPERATOR).text)
+        or 0.0
+    )
 
 
 def wait_started(gateway: Gateway, baseline: float, timeout_s: float = 30.0) -> None:
@@ -360,8 +363,8 @@ def run_phase(
         CLIENT_TIMEOUT_S,
     )
     polls = [
-        Poll("metrics", gateway.url + "/metrics", POLL_S, 0.0, duration),
-        Poll("readyz", gateway.url + "/readyz", POLL_S, 0.0, duration),
+        Poll("metrics", gateway.url + "/metrics", POLL_S, 0.0, duration, headers=OPERATOR),
+        Poll("readyz", gateway.url + "/readyz", POLL_S, 0.0, duration, headers=OPERATOR),
         Poll("engine", engine.url + "/metrics", POLL_S, 0.0, duration),
     ]
     spec = PhaseSpec(

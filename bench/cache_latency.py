@@ -130,7 +130,12 @@ from bench.cache_latency_loadgen import (  # noqa: E402
 )
 from bench.measure import cpu_seconds, percentile  # noqa: E402
 from cache.codec import StoredEntry  # noqa: E402
-from tests.support.processes import Gateway, ServerProcess, start_fake_upstream  # noqa: E402
+from tests.support.processes import (  # noqa: E402
+    OPERATOR,
+    Gateway,
+    ServerProcess,
+    start_fake_upstream,
+)
 from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
 
 BENCH = "cache_latency"
@@ -258,7 +263,7 @@ class Client:
 
     def scrape(self) -> str:
         """The gateway's /metrics page (read once for `stage_totals` and `embedder_totals`)."""
-        return self._http.get(self.metrics_url).text
+        return self._http.get(self.metrics_url, headers=OPERATOR).text
 
     def fail_opens(self) -> float:
         text = self.scrape()

@@ -175,7 +175,7 @@ from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
 from bench.measure import cpu_seconds, percentile, ratio_interval  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
-from tests.support.processes import Gateway, ServerProcess, free_port  # noqa: E402
+from tests.support.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
 
 BENCH = "capacity"
 MODEL = "bench-llm"
@@ -482,7 +482,7 @@ def check_answers(gateways: dict[str, Gateway]) -> None:
 def wait_gateway_idle(gateway: Gateway, timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        view = capacity_view(httpx.get(gateway.url + "/readyz", timeout=10).text)
+        view = capacity_view(httpx.get(gateway.url + "/readyz", timeout=10, headers=OPERATOR).text)
         if view is None or (view.get("in_flight", 0) == 0 and view.get("queued", 0) == 0):
             return
         time.sleep(0.1)
@@ -803,7 +803,7 @@ class Bench:
                     window[1],
                     direct=False,
                     pids=self.pids(gateway),
-                    polls=[Poll("readyz", gateway.url + "/readyz", 0.5, *window)],
+                    polls=[Poll("readyz", gateway.url + "/readyz", 0.5, *window, headers=OPERATOR)],
                 )
                 self.settle(gateway)
                 self.summary[(mode, load)] = self.report_load(mode, load, phase)
@@ -831,7 +831,9 @@ class Bench:
         duration = at + plan.after_change_s
         control = Action(at, self.engine.url + "/_control", orjson.dumps(change.control).decode())
         # From the window (its learned-limit means) through the change (its trace).
-        readyz = Poll("readyz", gateway.url + "/readyz", 0.5, plan.overload_warm_s, duration)
+        readyz = Poll(
+            "readyz", gateway.url + "/readyz", 0.5, plan.overload_warm_s, duration, headers=OPERATOR
+        )
         phase = self.run(
             f"{mode}-change-{change.name}",
             gateway.url,

@@ -69,6 +69,7 @@ class Poll:
     every_s: float
     from_s: float
     to_s: float
+    headers: dict[str, str] = field(default_factory=dict)  # the gateway's pages: OPERATOR
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ class _Phase:
             await asyncio.sleep(max(0.0, self.start + at - time.perf_counter()))
             taken = time.perf_counter() - self.start
             try:
-                async with self.session.get(poll.url) as answer:
+                async with self.session.get(poll.url, headers=poll.headers) as answer:
                     samples.append((taken, (await answer.read()).decode(errors="replace")))
             except Exception as exc:
                 samples.append((taken, f"error: {exc!r}"))

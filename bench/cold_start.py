@@ -118,7 +118,7 @@ from bench import cold_start_asleep as asleep  # noqa: E402
 from bench import cold_start_files as files  # noqa: E402
 from bench import cold_start_held as held  # noqa: E402
 from bench import cold_start_s3 as s3  # noqa: E402
-from tests.support.processes import Gateway, ServerProcess  # noqa: E402
+from tests.support.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
 from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
 from warmpool.layout import safe_name  # noqa: E402
 
@@ -387,7 +387,7 @@ def wait_for_replica(gateway: Gateway, timeout_s: float = LONG_S) -> None:
 def replica_url(gateway: Gateway) -> str | None:
     """The ready replica's root URL, from the gateway's /readyz."""
     try:
-        ready = httpx.get(gateway.url + "/readyz", timeout=5).json()
+        ready = httpx.get(gateway.url + "/readyz", timeout=5, headers=OPERATOR).json()
     except (httpx.HTTPError, ValueError):
         return None
     urls = ready.get("replicas", {}).get(BACKEND) or []

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.support.processes import Gateway, start_gateway
+from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 WAKE_S = 0.26
 MODEL = "asleep-llm"
@@ -111,7 +111,7 @@ def _has_token(line: str) -> bool:
 
 
 def engine_url(gateway: Gateway) -> str | None:
-    ready = httpx.get(gateway.url + "/readyz", timeout=5).json()
+    ready = httpx.get(gateway.url + "/readyz", timeout=5, headers=OPERATOR).json()
     urls = ready.get("replicas", {}).get("asleep") or []
     return str(urls[0]).removesuffix("/v1") if urls else None
 

@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.support.processes import Gateway, start_gateway
+from tests.support.processes import OPERATOR, Gateway, start_gateway
 from warmpool.start_estimate import ready_seconds
 
 BENCH = "cold_start"
@@ -169,7 +169,7 @@ def refuse(gateway: Gateway, client: httpx.Client) -> Refusal:
 
 
 def replicas(gateway: Gateway) -> list[str]:
-    ready = httpx.get(gateway.url + "/readyz", timeout=5).json()
+    ready = httpx.get(gateway.url + "/readyz", timeout=5, headers=OPERATOR).json()
     return list(ready.get("replicas", {}).get(BACKEND) or [])
 
 

@@ -82,6 +82,7 @@ import orjson  # noqa: E402
 from bench.loadgen import LoadGenerator, RoundResult, RoundSpec  # noqa: E402
 from bench.measure import cpu_seconds, percentile  # noqa: E402
 from tests.support.processes import (  # noqa: E402
+    OPERATOR,
     Gateway,
     ServerProcess,
     free_port,
@@ -225,7 +226,7 @@ class Bench:
 
     def learned_limit(self) -> int:
         """The backend's concurrency limit now (the sum over its replicas)."""
-        capacity = httpx.get(self.readyz, timeout=10).json()["capacity"]
+        capacity = httpx.get(self.readyz, timeout=10, headers=OPERATOR).json()["capacity"]
         return int(sum(backend["limit"] for backend in capacity.values()))
 
     def round(

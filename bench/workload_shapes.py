@@ -191,7 +191,7 @@ from bench.fake_engine import EngineParams  # noqa: E402
 from bench.measure import percentile  # noqa: E402
 from gateway.settings import TrafficSettings  # noqa: E402
 from gateway.traffic.retry import RetryBudget  # noqa: E402
-from tests.support.processes import Gateway, ServerProcess  # noqa: E402
+from tests.support.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
 
 BENCH = "workload_shapes"
 CHAT_PATH = "/v1/chat/completions"
@@ -504,7 +504,7 @@ class FallbackBench:
             int(outage.load * 1000),  # both modes see the same arrivals
             [stream],
             polls=[
-                Poll("metrics", gateway.url + "/metrics", **edges),
+                Poll("metrics", gateway.url + "/metrics", **edges, headers=OPERATOR),
                 Poll("stats", self.secondary.url + "/_stats", **edges),
             ],
             headers=[FALLBACK_HEADER],
@@ -532,7 +532,9 @@ class FallbackBench:
         return Phase(result, (low, high)), counted
 
     def scrape(self, gateway: Gateway) -> tuple[str, dict[str, Any]]:
-        return httpx.get(gateway.url + "/metrics", timeout=10).text, self.secondary.stats()
+        return httpx.get(
+            gateway.url + "/metrics", timeout=10, headers=OPERATOR
+        ).text, self.secondary.stats()
 
     def report_direct(self, load: float, measured: tuple[Phase, Counted]) -> None:
         phase, counted = measured
@@ -818,12 +820,19 @@ class DegradeBench:
             SEEDS[load],
             degrade_streams(rates),
             polls=[
-                Poll("readyz", gateway.url + "/readyz", 0.5, low, high),
+                Poll("readyz", gateway.url + "/readyz", 0.5, low, high, headers=OPERATOR),
                 *(
                     Poll(name, engine.url + "/_stats", high - low, low, high + 1e-3)
                     for name, engine in engines.items()
                 ),
-                Poll("metrics", gateway.url + "/metrics", high - low, low, high + 1e-3),
+                Poll(
+                    "metrics",
+                    gateway.url + "/metrics",
+                    high - low,
+                    low,
+                    high + 1e-3,
+                    headers=OPERATOR,
+                ),
             ],
             headers=[DEGRADED_HEADER],
         )

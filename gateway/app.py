@@ -21,7 +21,7 @@ from gateway.accesslog import AccessLog
 from gateway.admin.api import admin_routes
 from gateway.batches.routes import BatchApi, batch_routes
 from gateway.compose import Parts, build
-from gateway.errors import GatewayError, MethodNotAllowed, NotFound, request_id
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound, Unauthenticated, request_id
 from gateway.metrics import Metrics
 from gateway.openai_schema import Kind
 from gateway.openapi import openapi_document
@@ -73,9 +73,17 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        return await _readiness(parts())
+        # Details for an operator only: they name backends and the replicas' URLs.
+        operator = parts().operators.allows(request.headers.get("authorization"))
+        return await _readiness(parts(), operator)
 
     async def prometheus(request: Request) -> Response:
+        # Every tenant's traffic by name: for an operator's scraper, never the public.
+        if not parts().operators.allows(request.headers.get("authorization")):
+            return OperatorKeyRequired(
+                "/metrics needs an operator key (admin.operator_keys or "
+                "$GATEWAY_OPERATOR_KEY) or an admin key, sent as 'Authorization: Bearer KEY'."
+            ).to_response(request_id())
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
 
     schema = orjson.dumps(openapi_document())
@@ -120,12 +128,17 @@ class HotPath:
         await response(scope, receive, send)
 
 
+class OperatorKeyRequired(Unauthenticated):
+    code = "operator_key_required"
+
+
 def _batches(parts: Parts) -> BatchApi:
     assert parts.batches is not None  # the routes exist only when batches are enabled
     return parts.batches
 
 
-async def _readiness(parts: Parts) -> Response:
+async def _readiness(parts: Parts, detailed: bool) -> Response:
+    """200 when ready, else 503; the checks themselves only when `detailed`."""
     checks: dict[str, Any] = {
         "backends": dict(parts.health.reachable),
         "replicas": {
@@ -144,7 +157,8 @@ async def _readiness(parts: Parts) -> Response:
     reachable = any(parts.health.reachable.values()) or scalable
     ready = checks["state"] == "ok" and reachable
     checks["status"] = "ready" if ready else "not_ready"
-    return JSONResponse(checks, 200 if ready else 503)
+    body = checks if detailed else {"status": checks["status"]}
+    return JSONResponse(body, 200 if ready else 503)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -65,6 +65,7 @@ from gateway.settings import Backend, Scaling, Settings
 from gateway.start_history import past_start_times
 from gateway.tenancy.auth import AdminAuthenticator, Authenticator
 from gateway.tenancy.keys import admin_key_hashes, configured_keys
+from gateway.tenancy.operators import Operators, operator_key_hashes
 from gateway.tenancy.quotas import LocalQuotas, QuotaEnforcer
 from gateway.tenancy.quotas_redis import RedisQuotas
 from gateway.tenancy.state import FileStateStore, StateStore, StateStoreError
@@ -91,6 +92,9 @@ _log = logging.getLogger("gateway.compose")
 GB = 1_000_000_000
 
 
+NO_OPERATORS = Operators(frozenset())
+
+
 @dataclass
 class Parts:
     """What the lifespan builds; handlers receive it explicitly."""
@@ -101,6 +105,7 @@ class Parts:
     pipeline: Pipeline
     admin: AdminApi
     batches: BatchApi | None = None  # None: `batches.enabled: false`
+    operators: Operators = NO_OPERATORS  # who reads /metrics and /readyz's details
 
 
 async def build(
@@ -131,8 +136,10 @@ async def build(
     # Batch lines take the same path, as their job's tenant and in the batch class.
     lines = Pipeline(LineAuthenticator(catalog), BatchClass(catalog), *path_parts)
     batches = await build_batches(settings, lines, auth, catalog, metrics, access, stack, tasks)
+    admin_keys = admin_key_hashes(settings.admin, env)  # once: a generated key is printed
+    operators = Operators(admin_keys | operator_key_hashes(settings.admin, env))
     admin = AdminApi(
-        AdminAuthenticator(admin_key_hashes(settings.admin, env), auth),
+        AdminAuthenticator(admin_keys, auth),
         await _tenant_directory(store, catalog, tasks),
         store,
         quotas,
@@ -147,7 +154,7 @@ async def build(
             {b.name: b.scaling for b in settings.backends},
         ),
     )
-    return Parts(store, pools, _health(settings, pools), pipeline, admin, batches)
+    return Parts(store, pools, _health(settings, pools), pipeline, admin, batches, operators)
 
 
 def open_state_store(settings: Settings) -> StateStore:

@@ -186,6 +186,9 @@ class AdminSettings(Strict):
     """Keys of the admin API (`/admin/...`); none (and no $GATEWAY_ADMIN_KEY): it is off."""
 
     keys: list[DeclaredKey] = Field(default_factory=list)
+    # Keys that read `/metrics` and `/readyz`'s details and nothing else (a scraper's);
+    # $GATEWAY_OPERATOR_KEY is one more, and every admin key reads them too.
+    operator_keys: list[DeclaredKey] = Field(default_factory=list)
 
 
 class CacheSettings(Strict):

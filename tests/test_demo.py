@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from backends.worker.tiny_model import write_tiny_chat_model
-from tests.support.processes import ROOT, ServerProcess, free_port
+from tests.support.processes import OPERATOR, OPERATOR_KEY, ROOT, ServerProcess, free_port
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProce
     write_tiny_chat_model(data / "tiny-chat")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "GATEWAY_DEMO_KEY"}
-    env.update(GATEWAY_DATA_DIR=str(data), PORT=str(port))
+    env.update(GATEWAY_DATA_DIR=str(data), PORT=str(port), GATEWAY_OPERATOR_KEY=OPERATOR_KEY)
     server = ServerProcess(
         [sys.executable, "-m", "gateway.cli", "serve", "--config", "config/demo.yaml"],
         f"http://127.0.0.1:{port}/readyz",
@@ -72,4 +72,5 @@ def test_demo_is_ready_and_lists_its_models(demo: tuple[ServerProcess, int]) -> 
         f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {key.group(1)}"}
     ).json()
     assert sorted(m["id"] for m in models["data"]) == ["all-MiniLM-L6-v2", "tiny-chat"]
-    assert httpx.get(f"http://127.0.0.1:{port}/readyz").json()["backends"] == {"local-worker": True}
+    ready = httpx.get(f"http://127.0.0.1:{port}/readyz", headers=OPERATOR).json()
+    assert ready["backends"] == {"local-worker": True}

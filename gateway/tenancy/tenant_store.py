@@ -5,10 +5,11 @@ Each tenant the admin API created or changed is one JSON document in the state s
 ...}` for a configured tenant the API deleted. `uid` is given when the API creates the
 tenant and kept by every change after (a configured tenant changed by the API has none):
 its data is kept by it (`Tenant.owner`), so a tenant created again under a deleted one's
-name never sees the old one's files, jobs, cache entries or quota counters. `TenantDirectory.run()` polls the store's version
-every `poll_s` (0.5 s) and, when it moved, reloads the documents into the `Catalog`: so a
-change made on one replica reaches the others' live traffic within about a second, with no
-restart. While the store is unreachable the last overlay stays in force.
+name never sees the old one's files, jobs, cache entries or quota counters.
+`TenantDirectory.run()` polls the store's version every `poll_s` (0.5 s) and, when it
+moved, reloads the documents into the `Catalog`: so a change made on one replica reaches
+the others' live traffic within about a second, with no restart. While the store is
+unreachable the last overlay stays in force.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 
 from tests.admin.test_admin_cache import ADMIN_KEY, KEYS, cache_state, config, stored
 from tests.conftest import GatewayFactory
-from tests.support.processes import Gateway
+from tests.support.processes import OPERATOR, Gateway
 
 
 def ask(gateway: Gateway, tenant: str, prompt: str) -> httpx.Response:
@@ -86,7 +86,7 @@ def test_a_reported_hit_is_gone_from_every_replica_and_only_its_scope_may_report
     assert feedback(first, "a", b"{not json").status_code == 400
     assert feedback(first, "a", {"entry": key}).status_code == 400
     assert feedback(first, "a", {"id": "../../etc"}).status_code == 404
-    metrics = httpx.get(second.url + "/metrics").text
+    metrics = httpx.get(second.url + "/metrics", headers=OPERATOR).text
     assert 'gateway_cache_deleted_entries_total{cause="bad_hit",tenant="a"} 1.0' in metrics
 
 
@@ -115,7 +115,7 @@ def test_a_cache_group_member_reports_a_shared_entry_and_admins_delete_any(
     assert cache_state(second, "b", own) == "miss"
     missing = admin_delete(first, entry_id)
     assert missing.status_code == 404 and error_code(missing) == "cache_entry_not_found"
-    metrics = httpx.get(first.url + "/metrics").text
+    metrics = httpx.get(first.url + "/metrics", headers=OPERATOR).text
     assert 'gateway_cache_deleted_entries_total{cause="admin",tenant="b"} 1.0' in metrics
     assert reported_bad_hits(second) == {"g2": 1}
 

@@ -17,7 +17,7 @@ import pytest
 from openai.types import Batch
 
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import Gateway, start_gateway
+from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 ALPHA_KEY = "sk-test-batch-alpha-0123456789"
 BETA_KEY = "sk-test-batch-beta-0123456789"
@@ -296,7 +296,7 @@ def test_progress_shows_in_metrics_and_the_report(gateway: Gateway, alpha: opena
     batch = wait_for(alpha, _completed_batch(alpha), "completed")
     deadline = time.monotonic() + 10
     while True:
-        metrics = httpx.get(gateway.url + "/metrics", timeout=5).text
+        metrics = httpx.get(gateway.url + "/metrics", timeout=5, headers=OPERATOR).text
         if 'gateway_batch_jobs{status="completed"} 0.0' not in metrics:
             break
         assert time.monotonic() < deadline, "the jobs' statuses were never counted"

@@ -15,7 +15,13 @@ import openai
 import pytest
 
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import Gateway, RedisServer, start_fake_upstream, start_gateway
+from tests.support.processes import (
+    OPERATOR,
+    Gateway,
+    RedisServer,
+    start_fake_upstream,
+    start_gateway,
+)
 
 KEY_A, KEY_B = "sk-test-cache-a-0123456789", "sk-test-cache-b-0123456789"
 
@@ -285,7 +291,7 @@ def test_the_pair_model_serves_a_rewording_the_verifier_refused(gateway: Gateway
     answer = ask(gateway, "Which are the best horror movies to watch?", system=system)
     assert (answer.headers["x-cache"], answer.headers["x-cache-tier"]) == ("hit", "semantic")
     assert content(answer) == "echo: What are some good horror movies?"
-    text = httpx.get(gateway.url + "/metrics").text
+    text = httpx.get(gateway.url + "/metrics", headers=OPERATOR).text
     assert 'gateway_cache_lookup_seconds_count{stage="pair_model"}' in text
 
 
@@ -299,7 +305,7 @@ def test_identical_requests_at_once_share_one_lookup(gateway: Gateway) -> None:
     while ask(gateway, "how do I delete my account", system=system).headers["x-cache"] != "hit":
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    before = _metric_totals(httpx.get(gateway.url + "/metrics").text)
+    before = _metric_totals(httpx.get(gateway.url + "/metrics", headers=OPERATOR).text)
     body = {
         "model": "echo",
         "messages": [
@@ -319,7 +325,7 @@ def test_identical_requests_at_once_share_one_lookup(gateway: Gateway) -> None:
         (200, "hit", "semantic")
     }
     assert {content(a) for a in answers} == {"echo: How do I delete my account?"}
-    after = _metric_totals(httpx.get(gateway.url + "/metrics").text)
+    after = _metric_totals(httpx.get(gateway.url + "/metrics", headers=OPERATOR).text)
     shared = after['gateway_cache_lookup_seconds_count{stage="shared"}'] - before.get(
         'gateway_cache_lookup_seconds_count{stage="shared"}', 0.0
     )
@@ -340,7 +346,7 @@ def _metric_totals(text: str) -> dict[str, float]:
 
 
 def test_metrics_count_hits_misses_and_stages(gateway: Gateway) -> None:
-    text = httpx.get(gateway.url + "/metrics").text
+    text = httpx.get(gateway.url + "/metrics", headers=OPERATOR).text
     assert 'result="hit",tenant="a",tier="exact"' in text
     assert 'result="miss",tenant="a",tier="-"' in text
     assert 'gateway_cache_lookup_seconds_bucket{le="0.01",stage="embed"}' in text
@@ -413,6 +419,8 @@ def test_redis_stopped_mid_test_fails_open(
         answer = ask(gw, "What is a monad?")
         assert answer.headers["x-cache"] == "miss" and time.monotonic() - started < 2
         assert content(answer) == "echo: What is a monad?"
-        assert "gateway_cache_fail_open_total" in httpx.get(gw.url + "/metrics").text
+        assert (
+            "gateway_cache_fail_open_total" in httpx.get(gw.url + "/metrics", headers=OPERATOR).text
+        )
     finally:
         server.kill()

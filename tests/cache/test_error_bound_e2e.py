@@ -19,7 +19,7 @@ from cache.bounded import SIGNAL_MODEL
 from cache.error_bound import Evidence, serve_probability
 from tests.cache.test_cache_e2e import KEY_A, KEY_B, ask, cache_config, content, stored
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import Gateway, start_fake_upstream
+from tests.support.processes import OPERATOR, Gateway, start_fake_upstream
 
 ADMIN_KEY = "sk-test-admin-bound-0123456789"
 ORIGINAL = "How do I reset my password?"
@@ -55,7 +55,7 @@ def upstream_calls(upstream: str) -> int:
 
 
 def counted(gw: Gateway, metric: str, **labels: str) -> float:
-    text = httpx.get(gw.url + "/metrics").text
+    text = httpx.get(gw.url + "/metrics", headers=OPERATOR).text
     named = ",".join(f'{k}="{v}"' for k, v in sorted({**labels, "tenant": "a"}.items()))
     found = re.search(rf"{metric}{{{named}}} (\S+)", text)
     return float(found.group(1)) if found else 0.0

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, start_fake_upstream, start_gateway
+from tests.support.processes import OPERATOR, Gateway, start_fake_upstream, start_gateway
 
 KEY_A, KEY_B = "sk-test-coalesce-a-0123456789", "sk-test-coalesce-b-0123456789"
 MANY = 50
@@ -120,7 +120,7 @@ async def ask_streamed(
 
 
 def coalesced_total(gateway: Gateway, tenant: str) -> float:
-    text = httpx.get(gateway.url + "/metrics").text
+    text = httpx.get(gateway.url + "/metrics", headers=OPERATOR).text
     match = re.search(rf'^gateway_cache_coalesced_total\{{tenant="{tenant}"\}} (\S+)$', text, re.M)
     return float(match.group(1)) if match else 0.0
 

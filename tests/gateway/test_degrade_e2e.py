@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import Gateway, start_fake_upstream
+from tests.support.processes import OPERATOR, Gateway, start_fake_upstream
 
 KEY, ROUTED = "sk-test-degrade-a-0123456789", "sk-test-degrade-r-0123456789"
 
@@ -85,7 +85,7 @@ def capped(upstream: str, tokens: int) -> int:
 
 
 def degraded(gateway: Gateway, **labels: str) -> float:
-    text = httpx.get(gateway.url + "/metrics").text
+    text = httpx.get(gateway.url + "/metrics", headers=OPERATOR).text
     total = 0.0
     for found, value in re.findall(r"^gateway_degraded_total\{(.*)\} (\S+)$", text, re.M):
         if dict(re.findall(r'(\w+)="([^"]*)"', found)) == labels:

@@ -17,7 +17,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.config_file import parse_settings
 from tests.conftest import fake_backend
-from tests.support.processes import free_port, start_fake_upstream
+from tests.support.processes import OPERATOR, free_port, start_fake_upstream
 
 KEY = "sk-test-plain-uvicorn-0123456789"
 
@@ -57,7 +57,7 @@ async def test_a_client_that_leaves_is_cancelled_under_another_server(
                     headers={"Authorization": f"Bearer {KEY}"},
                 )
             await asyncio.sleep(0.5)
-            text = (await client.get(base + "/metrics")).text
+            text = (await client.get(base + "/metrics", headers=OPERATOR)).text
         # Recorded at once (the upstream would answer only after 2 s): it was cancelled.
         assert 'gateway_requests_total{model="slow",status="499",tenant="a"} 1.0' in text
     finally:

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import Gateway, free_port, start_fake_upstream
+from tests.support.processes import OPERATOR, Gateway, free_port, start_fake_upstream
 
 KEY, NARROW = "sk-test-fallback-a-0123456789", "sk-test-fallback-c-0123456789"
 
@@ -74,7 +74,7 @@ def small_calls(upstream: str) -> int:
 
 
 def metric(gateway: Gateway, name: str, **labels: str) -> float:
-    text = httpx.get(gateway.url + "/metrics").text
+    text = httpx.get(gateway.url + "/metrics", headers=OPERATOR).text
     total = 0.0
     for line in re.findall(rf"^{name}\{{(.*)\}} (\S+)$", text, re.M):
         found = dict(re.findall(r'(\w+)="([^"]*)"', line[0]))

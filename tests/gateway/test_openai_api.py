@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, start_gateway
+from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 ALPHA_KEY = "sk-test-alpha-0123456789abcdef"
 BETA_KEY = "sk-test-beta-0123456789abcdef"
@@ -267,14 +267,14 @@ def test_client_disconnect_cancels_upstream_stream(gateway: Gateway, fake_upstre
 
 def test_metrics_health_and_readiness(gateway: Gateway) -> None:
     _post(gateway, "/chat/completions", json=CHAT)
-    text = httpx.get(gateway.url + "/metrics").text
+    text = httpx.get(gateway.url + "/metrics", headers=OPERATOR).text
     assert 'gateway_requests_total{model="echo",status="200",tenant="alpha"}' in text
     assert "gateway_request_duration_seconds_bucket" in text
     assert "gateway_upstream_duration_seconds_bucket" in text
     assert "gateway_requests_in_flight" in text
     assert 'gateway_upstream_errors_total{backend="fake"' in text
     assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
-    ready = httpx.get(gateway.url + "/readyz")
+    ready = httpx.get(gateway.url + "/readyz", headers=OPERATOR)
     assert ready.status_code == 200 and ready.json()["backends"] == {"fake": True}
 
 

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import Gateway, free_port, start_fake_upstream
+from tests.support.processes import OPERATOR, Gateway, free_port, start_fake_upstream
 
 KEY = "sk-test-prompt-size-0123456789"
 SHORT, AT_THRESHOLD, LONG = "hello", "x" * 200, "word " * 60  # ~2, 50 and 75 tokens
@@ -88,7 +88,7 @@ def calls(upstream: str, model: str) -> int:
 
 
 def routed(gateway: Gateway, **labels: str) -> float:
-    text = httpx.get(gateway.url + "/metrics").text
+    text = httpx.get(gateway.url + "/metrics", headers=OPERATOR).text
     total = 0.0
     pattern = r"^gateway_prompt_size_routed_total\{(.*)\} (\S+)$"
     for found, value in re.findall(pattern, text, re.M):

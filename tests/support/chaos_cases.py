@@ -37,6 +37,7 @@ from tests.support.chaos_deployment import (
     restart_upstream,
     upstream_stats,
 )
+from tests.support.processes import OPERATOR
 
 Expect = frozenset[tuple[int, str | None]]  # the (status, error code) pairs allowed
 OK: Expect = frozenset({(200, None)})
@@ -403,7 +404,8 @@ def disconnects(d: Deployment, n: int = 12) -> Burst:
 
 def backend_ready(d: Deployment, backend: str) -> bool:
     return all(
-        httpx.get(g.url + "/readyz", timeout=5).json()["backends"].get(backend) is True
+        httpx.get(g.url + "/readyz", timeout=5, headers=OPERATOR).json()["backends"].get(backend)
+        is True
         for g in d.replicas
     )
 
@@ -412,7 +414,7 @@ def worker_urls(d: Deployment) -> list[str]:
     """The on-demand workers the replicas have ready now."""
     urls: list[str] = []
     for gateway in d.replicas:
-        ready = httpx.get(gateway.url + "/readyz", timeout=5).json()
+        ready = httpx.get(gateway.url + "/readyz", timeout=5, headers=OPERATOR).json()
         urls += [str(u).removesuffix("/v1") for u in ready["replicas"].get("on-demand", [])]
     return urls
 

@@ -18,6 +18,7 @@ import httpx
 from tests.support.chaos import Burst, Shot, chat, fire, wait_logged_once
 from tests.support.chaos_cases import OK, check_each, run, tag, wait_until
 from tests.support.chaos_deployment import KEYS, Deployment
+from tests.support.processes import OPERATOR
 
 MODEL = "sleepy-llm"
 
@@ -63,7 +64,7 @@ def engines(d: Deployment) -> list[str]:
     """The sleepy engines the gateway replicas have ready (not asleep, not stopped)."""
     urls: list[str] = []
     for gateway in d.replicas:
-        ready = httpx.get(gateway.url + "/readyz", timeout=5).json()
+        ready = httpx.get(gateway.url + "/readyz", timeout=5, headers=OPERATOR).json()
         urls += [str(u).removesuffix("/v1") for u in ready["replicas"].get("sleepy", [])]
     return urls
 

@@ -15,6 +15,10 @@ import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+# Every gateway a test starts has this operator key, which reads /metrics and /readyz's
+# details (gateway/tenancy/operators.py): send `OPERATOR` as the headers of those reads.
+OPERATOR_KEY = "op-test-operator-key-0123456789abcdef"
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
 
 
 def free_port() -> int:
@@ -119,7 +123,7 @@ def start_gateway(
         ],
         f"http://127.0.0.1:{port}/healthz",
         work_dir / f"gateway-{port}.log",
-        env=env,
+        env={"GATEWAY_OPERATOR_KEY": OPERATOR_KEY, **(env or {})},
     ).start(timeout_s)
     return Gateway(server, port, config_path)
 

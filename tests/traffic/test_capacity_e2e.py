@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import ServerProcess, free_port
+from tests.support.processes import OPERATOR, ServerProcess, free_port
 
 KEY = "sk-test-capacity-0123456789"
 BATCH_KEY = "sk-test-capacity-batch-0123"
@@ -95,7 +95,9 @@ async def closed_loop(url: str, key: str, clients: int, seconds: float) -> list[
 
 
 def capacity_of(gateway_url: str) -> dict[str, Any]:
-    return dict(httpx.get(gateway_url + "/readyz", timeout=5).json()["capacity"]["gpu"])
+    return dict(
+        httpx.get(gateway_url + "/readyz", timeout=5, headers=OPERATOR).json()["capacity"]["gpu"]
+    )
 
 
 async def sample_while(
@@ -107,7 +109,9 @@ async def sample_while(
     samples = []
     async with httpx.AsyncClient(timeout=5) as client:
         while not task.done() and time.monotonic() < until:
-            ready = (await client.get(gateway_url + "/readyz")).json()["capacity"]["gpu"]
+            ready = (await client.get(gateway_url + "/readyz", headers=OPERATOR)).json()[
+                "capacity"
+            ]["gpu"]
             stats = (await client.get(engine_url + "/_stats")).json()
             samples.append({"limit": ready["limit"], "queued": ready["queued"], **stats})
             await asyncio.sleep(0.1)
@@ -195,7 +199,7 @@ def test_the_learned_limit_and_engine_gauges_are_exported(
 ) -> None:
     gw = gateway_factory(config(engine))
     asyncio.run(closed_loop(gw.url, KEY, 8, 1.0))
-    text = httpx.get(gw.url + "/metrics", timeout=5).text
+    text = httpx.get(gw.url + "/metrics", timeout=5, headers=OPERATOR).text
     for name in (
         "gateway_replica_concurrency_limit",
         "gateway_engine_requests_running",

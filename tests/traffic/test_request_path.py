@@ -19,7 +19,7 @@ from backends.providers.replicas import Replica
 from gateway.traffic.capacity import fixed_capacity
 from gateway.traffic.replica_set import ReplicaSet
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import start_fake_upstream
+from tests.support.processes import OPERATOR, start_fake_upstream
 
 KEY = "sk-test-path-batch-0123456789"
 
@@ -88,7 +88,7 @@ def test_retry_attempts_come_from_the_config(
 
 
 def queue_waits(base_url: str) -> dict[str, float]:
-    text = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", headers=OPERATOR).text
     pattern = r'^gateway_queue_wait_seconds_count\{backend="fake",class="(\w+)"\} (\S+)$'
     return {m[1]: float(m[2]) for m in re.finditer(pattern, text, re.M)}
 

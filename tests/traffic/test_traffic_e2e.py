@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import Gateway, RedisServer, start_fake_upstream
+from tests.support.processes import OPERATOR, Gateway, RedisServer, start_fake_upstream
 
 KEYS = {name: f"sk-test-{name}-0123456789" for name in ("a", "b", "inter", "batch")}
 
@@ -269,11 +269,17 @@ def test_breaker_opens_then_closes(
     fast = httpx.post(url, json=chat("echo"), headers=headers)
     assert fast.status_code == 503 and fast.json()["error"]["code"] == "backend_unavailable"
     assert stats(upstream)["requests"] == before, "an open breaker still sent upstream"
-    assert 'gateway_breaker_open{backend="fake"} 1.0' in httpx.get(gw.url + "/metrics").text
+    assert (
+        'gateway_breaker_open{backend="fake"} 1.0'
+        in httpx.get(gw.url + "/metrics", headers=OPERATOR).text
+    )
     time.sleep(0.6)
     assert httpx.post(url, json=chat("echo"), headers=headers).status_code == 200
     assert httpx.post(url, json=chat("echo"), headers=headers).status_code == 200
-    assert 'gateway_breaker_open{backend="fake"} 0.0' in httpx.get(gw.url + "/metrics").text
+    assert (
+        'gateway_breaker_open{backend="fake"} 0.0'
+        in httpx.get(gw.url + "/metrics", headers=OPERATOR).text
+    )
 
 
 def test_redis_stopped_mid_test_falls_back_to_local_share(
@@ -296,7 +302,7 @@ def test_redis_stopped_mid_test_falls_back_to_local_share(
         ]
         # One live replica last seen: the local share is the whole limit (10 per minute).
         assert codes.count(200) == 10 and codes.count(429) == 5, codes
-        text = httpx.get(gw.url + "/metrics").text
+        text = httpx.get(gw.url + "/metrics", headers=OPERATOR).text
         assert 'gateway_quota_fallbacks_total{decision="local_allowed"}' in text
         assert 'gateway_quota_fallbacks_total{decision="local_refused"}' in text
     finally:
@@ -327,5 +333,5 @@ def test_client_that_leaves_while_queued_is_never_sent_upstream(
 
     asyncio.run(run())
     assert stats(upstream)["model:slow"] == 1, "the abandoned request still went upstream"
-    text = httpx.get(gw.url + "/metrics").text
+    text = httpx.get(gw.url + "/metrics", headers=OPERATOR).text
     assert 'gateway_requests_total{model="slow",status="499",tenant="a"} 1.0' in text

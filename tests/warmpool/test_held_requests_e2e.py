@@ -21,7 +21,7 @@ import yaml
 
 from tests.conftest import hash_of
 from tests.support.fake_upstream import on_demand_backend
-from tests.support.processes import Gateway, start_gateway
+from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 KEY = "sk-test-held-0123456789abcdef"
 STARTUP_S = 1.5  # the model server listens only after this
@@ -112,13 +112,17 @@ def post(gw: Gateway, **headers: str) -> tuple[httpx.Response, float]:
 
 
 def capacity(gw: Gateway) -> dict[str, Any]:
-    view: dict[str, Any] = httpx.get(gw.url + "/readyz", timeout=5).json()["capacity"]["on-demand"]
+    view: dict[str, Any] = httpx.get(gw.url + "/readyz", timeout=5, headers=OPERATOR).json()[
+        "capacity"
+    ]["on-demand"]
     return view
 
 
 def at_zero(gw: Gateway, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while httpx.get(gw.url + "/readyz", timeout=5).json()["replicas"]["on-demand"]:
+    while httpx.get(gw.url + "/readyz", timeout=5, headers=OPERATOR).json()["replicas"][
+        "on-demand"
+    ]:
         assert time.monotonic() < deadline, "the idle replica was not stopped"
         time.sleep(0.1)
 

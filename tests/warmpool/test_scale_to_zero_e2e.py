@@ -19,7 +19,7 @@ import openai
 from backends.worker.tiny_model import write_tiny_chat_model
 from tests.conftest import GatewayFactory, hash_of
 from tests.support.fake_upstream import on_demand_backend
-from tests.support.processes import Gateway
+from tests.support.processes import OPERATOR, Gateway
 
 KEY = "sk-test-coldstart-0123456789"
 
@@ -41,7 +41,7 @@ def fake_process_backend(**scaling: Any) -> dict[str, Any]:
 
 
 def metric(gw: Gateway, name: str) -> float:
-    text = httpx.get(gw.url + "/metrics").text
+    text = httpx.get(gw.url + "/metrics", headers=OPERATOR).text
     found = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
 
@@ -55,7 +55,9 @@ def test_first_requests_are_held_then_answered_by_one_new_replica(
 ) -> None:
     gw = gateway_factory(process_config(tmp_path, fake_process_backend()))
     assert metric(gw, READY) == 0
-    assert httpx.get(gw.url + "/readyz").status_code == 200  # it can start on demand
+    assert (
+        httpx.get(gw.url + "/readyz", headers=OPERATOR).status_code == 200
+    )  # it can start on demand
 
     async def burst() -> list[Any]:
         async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0) as client:
@@ -155,7 +157,7 @@ def test_crashed_replica_is_restarted_and_its_request_fails_clearly(
 
 async def _replica_url(gw: Gateway) -> str:
     async with httpx.AsyncClient() as client:
-        ready = (await client.get(gw.url + "/readyz")).json()
+        ready = (await client.get(gw.url + "/readyz", headers=OPERATOR)).json()
     (base_url,) = ready["replicas"]["on-demand"]
     return str(base_url).removesuffix("/v1")
 
@@ -211,6 +213,6 @@ def test_bundled_worker_cold_starts_from_weights_staged_out_of_s3(
     assert staged and staged[0].read_bytes() == (model_dir / "model.safetensors").read_bytes()
     record = json.loads((tmp_path / "cold_starts.jsonl").read_text().splitlines()[-1])
     assert {"staging", "loading", "total"} <= set(record["phases"])
-    text = httpx.get(gw.url + "/metrics").text
+    text = httpx.get(gw.url + "/metrics", headers=OPERATOR).text
     assert 'gateway_cold_start_seconds_bucket{backend="tiny",le=' in text
     assert "moto-secret-abc" not in gw.server.log()

@@ -26,7 +26,7 @@ from gateway.admin.reports import ReportQuery, build_report
 from gateway.config_file import load_settings
 from gateway.settings import Settings
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, start_gateway
+from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 KEY_A, KEY_B = "sk-test-report-a-0123456789", "sk-test-report-b-0123456789"
 SYSTEM = "Be brief."
@@ -86,7 +86,7 @@ def gateway(request: pytest.FixtureRequest, gateways: dict[str, Gateway]) -> Gat
 
 
 def cache_entries(gw: Gateway) -> float:
-    text = httpx.get(gw.url + "/metrics").text
+    text = httpx.get(gw.url + "/metrics", headers=OPERATOR).text
     found = re.search(r"^gateway_cache_entries ([0-9.e+-]+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
 

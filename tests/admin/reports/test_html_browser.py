@@ -36,7 +36,7 @@ from gateway.events import RequestEvent
 from gateway.settings import Price, Settings
 from tests.conftest import GatewayFactory, fake_backend, hash_of
 from tests.support.fake_upstream import on_demand_backend
-from tests.support.processes import Gateway
+from tests.support.processes import OPERATOR, Gateway
 
 CHROMIUM = Path("/usr/bin/chromium")
 PHASES = ["staging", "process_start", "weight_load", "ready", "first_byte"]
@@ -600,7 +600,9 @@ def run_traffic(gw: Gateway) -> None:
 
     def stored() -> bool:
         found = re.search(
-            r"^gateway_cache_entries ([0-9.e+]+)$", httpx.get(gw.url + "/metrics").text, re.M
+            r"^gateway_cache_entries ([0-9.e+]+)$",
+            httpx.get(gw.url + "/metrics", headers=OPERATOR).text,
+            re.M,
         )
         return found is not None and float(found.group(1)) >= 2
 
