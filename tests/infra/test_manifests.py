@@ -323,6 +323,15 @@ def test_components_point_at_base_objects() -> None:
     )
     ports = {p["name"] for p in service["spec"]["ports"]}
     assert all(e["port"] in ports and e["path"] == "/metrics" for e in monitor["spec"]["endpoints"])
+    # /metrics is closed without an operator key: the scrape sends the one the gateway reads.
+    env = find(docs, "Deployment", "gateway")["spec"]["template"]["spec"]["containers"][0]["env"]
+    (operator,) = [
+        e["valueFrom"]["secretKeyRef"] for e in env if e["name"] == "GATEWAY_OPERATOR_KEY"
+    ]
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["authorization"]["type"] == "Bearer"
+        sent = endpoint["authorization"]["credentials"]
+        assert (sent["name"], sent["key"]) == (operator["name"], operator["key"])
 
 
 # ---- RBAC ------------------------------------------------------------------------------
