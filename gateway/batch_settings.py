@@ -47,4 +47,13 @@ class BatchSettings(Strict):
     poll_s: float = Field(default=1.0, gt=0)  # how often jobs are looked for (other replicas')
     drain_s: float = Field(default=10.0, ge=0)  # at shutdown, lines in flight get this long
     lease_s: float = Field(default=30.0, gt=0)  # Redis: a replica's claim on a job
+    # What one tenant's files may hold at once (inputs and the jobs' outputs, over every
+    # replica), how many uploads it may send at once (per replica), how long one upload
+    # may take in all (not per chunk), and how long a file is kept when its upload set no
+    # `expires_after` (outputs too). README "Batch jobs".
+    max_files_per_tenant: int = Field(default=1_000, ge=1)
+    max_storage_bytes_per_tenant: int = Field(default=10 * 1024**3, ge=1024)  # 10 GiB
+    max_concurrent_uploads: int = Field(default=2, ge=1)
+    upload_timeout_s: float = Field(default=300.0, gt=0)
+    file_ttl_s: int = Field(default=30 * 86400, ge=3600)  # OpenAI's longest: 30 days
     files: BatchFiles = BatchFiles()

@@ -6,7 +6,10 @@ OpenAI's error JSON, like every other):
     │   ├── InvalidBatchFile        400  a line of an uploaded file is wrong: the message
     │   │                                names the line, `param` the field in it
     │   └── FileInUse               400  an unfinished batch reads the file
-    ├── FileNotFound                404  no such file, or another tenant's
+    │   └── FileLimitExceeded       400  the tenant has as many files as it may keep
+    ├── StorageLimitExceeded        413  the tenant's files would hold more than it may
+    ├── TooManyUploads              429  the tenant's uploads at once (Retry-After)
+    ├── FileNotFound                404  no such file, or another tenant's (or expired)
     ├── BatchNotFound               404  no such batch, or another tenant's
     └── BatchNotCancellable         409  the batch is over
 
@@ -38,6 +41,22 @@ class InvalidBatchFile(BadRequest):
 
 class FileInUse(BadRequest):
     code = "file_in_use"
+
+
+class FileLimitExceeded(BadRequest):
+    code = "file_limit_exceeded"
+
+
+class StorageLimitExceeded(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "storage_limit_exceeded"
+
+
+class TooManyUploads(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "too_many_uploads"
 
 
 class FileNotFound(GatewayError):

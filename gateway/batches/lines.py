@@ -9,6 +9,8 @@ an editor counts) and the field in it. Pure and CPU-bound: callers run it in a t
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,21 +43,35 @@ class InputLine:
 
 def parse_lines(data: bytes, max_lines: int, max_body_bytes: int) -> list[InputLine]:
     """Every request of the file, in order; `InvalidBatchFile` at the first wrong line."""
-    rows = data.split(b"\n")
-    if rows and not rows[-1].strip():
-        rows.pop()  # the file's last newline ends a line; it does not start one
-    if not rows:
-        raise InvalidBatchFile("The file has no lines; a batch needs at least one request.")
-    if len(rows) > max_lines:
-        raise InvalidBatchFile(f"The file has {len(rows)} lines; at most {max_lines} are allowed.")
+    return parse_rows(io.BytesIO(data), max_lines, max_body_bytes)
+
+
+def parse_rows(rows: Iterable[bytes], max_lines: int, max_body_bytes: int) -> list[InputLine]:
+    """`parse_lines` over the file's rows as they are read (an upload's spooled file): one
+    row at a time, never the whole file split into a second copy."""
     seen: set[str] = set()
-    lines = []
-    for index, row in enumerate(rows):
-        line = parse_line(index, row.rstrip(b"\r"), max_body_bytes)
+    lines: list[InputLine] = []
+    blank: int | None = None  # a blank row is an error only if a row follows it
+    count = 0
+    for index, raw in enumerate(rows):
+        count = index + 1
+        if count > max_lines:
+            continue  # counted only, for the message
+        row = raw.rstrip(b"\n").rstrip(b"\r")
+        if blank is not None:
+            raise _wrong(blank, "the line is empty; every line must be one request.")
+        if not row.strip():
+            blank = index
+            continue
+        line = parse_line(index, row, max_body_bytes)
         if line.custom_id in seen:
             raise _wrong(index, f"custom_id '{line.custom_id}' is used twice.", "custom_id")
         seen.add(line.custom_id)
         lines.append(line)
+    if count > max_lines:
+        raise InvalidBatchFile(f"The file has {count} lines; at most {max_lines} are allowed.")
+    if not lines:
+        raise InvalidBatchFile("The file has no lines; a batch needs at least one request.")
     return lines
 
 

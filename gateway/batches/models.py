@@ -61,6 +61,7 @@ class FileRecord(_Created):
     purpose: Purpose
     lines: int = 0  # requests in it (an input file) or results (an output file)
     model: str | None = None  # an input file's, if all its lines name one
+    expires_at: int | None = None  # None: `batches.file_ttl_s` after it was created
 
 
 class LineError(_Record):
@@ -145,7 +146,7 @@ def file_object(record: FileRecord) -> dict[str, Any]:
         "filename": record.filename,
         "purpose": record.purpose,
         "status": "processed",
-        "expires_at": None,
+        "expires_at": record.expires_at,
         "status_details": None,
     }
 

@@ -19,12 +19,14 @@ These routes go through Starlette's router, never the hot path of the online req
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
@@ -33,7 +35,7 @@ from starlette.routing import Route
 from starlette.types import Message
 
 from gateway.accesslog import AccessLog
-from gateway.batches.errors import BatchStoreError, BlobStoreError
+from gateway.batches.errors import BatchStoreError, BlobStoreError, TooManyUploads
 from gateway.batches.files import Files
 from gateway.batches.jobs import Jobs
 from gateway.batches.models import file_object
@@ -52,6 +54,7 @@ from gateway.tenancy.tenants import Catalog
 Handler = Callable[["BatchApi", Request, str], Awaitable[Response]]
 ENVELOPE = 64 * 1024  # a multipart body's own bytes around the file: headers, boundaries
 MAX_JSON = 1024 * 1024  # a batch's creation body
+MIN_EXPIRY_S, MAX_EXPIRY_S = 3600, 30 * 86400  # OpenAI's bounds on `expires_after`
 
 
 class BatchApi:
@@ -72,6 +75,7 @@ class BatchApi:
         self._access = access
         self._max_file = max_file_bytes
         self._timeout_s = body_timeout_s
+        self._uploads: Counter[str] = Counter()  # uploads in progress here, by tenant
 
     async def handle(self, request: Request, handler: Handler) -> Response:
         rid, started, tenant = request_id(request.headers), time.perf_counter(), None
@@ -92,16 +96,25 @@ class BatchApi:
     # --- files ----------------------------------------------------------------------
 
     async def create_file(self, request: Request, tenant: str) -> Response:
-        purpose, filename, data = await self._upload(request)
-        if purpose != "batch":
-            raise BadRequest(
-                f"purpose must be 'batch' (the gateway keeps files for batches only); "
-                f"got {purpose!r}.",
-                param="purpose",
-            )
-        if len(data) > self._max_file:
-            raise BodyTooLarge(f"The file exceeds {self._max_file} bytes.", param="file")
-        record = await self.files.upload(tenant, filename, data)
+        with self._one_upload(tenant):
+            form = await self._form(request)
+            try:
+                purpose, expires_after_s = form.get("purpose"), _expires_after(form)
+                if purpose != "batch":
+                    raise BadRequest(
+                        f"purpose must be 'batch' (the gateway keeps files for batches "
+                        f"only); got {purpose!r}.",
+                        param="purpose",
+                    )
+                upload = form.get("file")
+                if not isinstance(upload, UploadFile):
+                    raise BadRequest("The upload has no file part named 'file'.", param="file")
+                if (upload.size or 0) > self._max_file:
+                    raise BodyTooLarge(f"The file exceeds {self._max_file} bytes.", param="file")
+                name = upload.filename or "batch.jsonl"
+                record = await self.files.upload(tenant, name, upload.file, expires_after_s)
+            finally:
+                await form.close()
         return _json(file_object(record))
 
     async def list_files(self, request: Request, tenant: str) -> Response:
@@ -147,9 +160,28 @@ class BatchApi:
 
     # --- helpers --------------------------------------------------------------------
 
-    async def _upload(self, request: Request) -> tuple[object, str, bytes]:
-        """The upload's `purpose`, and its file's name and bytes, the body read within the
-        size limit (the parser spools a large file to disk meanwhile)."""
+    @contextlib.contextmanager
+    def _one_upload(self, tenant: str) -> Iterator[None]:
+        """One of the tenant's uploads at once here (at most `max_concurrent_uploads`):
+        each may hold a file of up to `max_file_bytes` while it is read and checked."""
+        most = self.files.settings.max_concurrent_uploads
+        if self._uploads[tenant] >= most:
+            raise TooManyUploads(
+                f"You have {most} uploads in progress, the most at once; try again when "
+                "one is done.",
+                retry_after=1,
+            )
+        self._uploads[tenant] += 1
+        try:
+            yield
+        finally:
+            self._uploads[tenant] -= 1
+            if not self._uploads[tenant]:
+                del self._uploads[tenant]
+
+    async def _form(self, request: Request) -> FormData:
+        """The upload's form, the body read within the size limit and `upload_timeout_s`
+        in all (a trickle cannot hold it open), the file spooled to disk past 1 MiB."""
         limit = self._max_file + ENVELOPE
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
@@ -157,18 +189,17 @@ class BatchApi:
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
             raise BadRequest("Upload the file as multipart/form-data.", param="file")
         bounded = Request(request.scope, _bounded(request, limit, self._timeout_s))
+        deadline_s = self.files.settings.upload_timeout_s
         try:
-            form = await bounded.form(max_files=1, max_fields=8)
+            async with asyncio.timeout(deadline_s):
+                return await bounded.form(max_files=1, max_fields=8)
+        except TimeoutError as exc:
+            raise RequestTimeout(
+                f"The upload took longer than {deadline_s:g} s.", headers={"connection": "close"}
+            ) from exc
         except (HTTPException, MultiPartException) as exc:
             detail = exc.detail if isinstance(exc, HTTPException) else exc.message
             raise BadRequest(f"The multipart body cannot be read: {detail}", param="file") from exc
-        try:
-            upload = form.get("file")
-            if not isinstance(upload, UploadFile):
-                raise BadRequest("The upload has no file part named 'file'.", param="file")
-            return form.get("purpose"), upload.filename or "batch.jsonl", await upload.read()
-        finally:
-            await form.close()
 
     def _log(
         self,
@@ -217,6 +248,29 @@ def _as_error(exc: Exception, rid: str) -> GatewayError:
     if isinstance(exc, BatchStoreError | BlobStoreError):
         return StateUnavailable("The batch store is unreachable; try again shortly.", retry_after=1)
     return as_error(exc, rid)
+
+
+def _expires_after(form: FormData) -> int | None:
+    """`expires_after` as OpenAI's Files API takes it (multipart fields
+    `expires_after[anchor]`, `created_at` only, and `expires_after[seconds]`, an hour to 30
+    days): seconds, or None for the default (`batches.file_ttl_s`)."""
+    anchor, seconds = form.get("expires_after[anchor]"), form.get("expires_after[seconds]")
+    if anchor is None and seconds is None:
+        return None
+    if anchor != "created_at":
+        raise BadRequest(
+            "expires_after[anchor] must be 'created_at'.", param="expires_after.anchor"
+        )
+    if (
+        not isinstance(seconds, str)
+        or not seconds.isdigit()
+        or not (MIN_EXPIRY_S <= int(seconds) <= MAX_EXPIRY_S)
+    ):
+        raise BadRequest(
+            f"expires_after[seconds] must be an integer from {MIN_EXPIRY_S} to {MAX_EXPIRY_S}.",
+            param="expires_after.seconds",
+        )
+    return int(seconds)
 
 
 def _json(body: dict[str, Any]) -> Response:

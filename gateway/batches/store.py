@@ -65,6 +65,8 @@ class FileBatchStore:
         self._files_dir = root / "files"
         self._jobs_dir = root / "jobs"
         self._files: dict[str, FileRecord] = {}
+        # tenant -> its files' ids: a listing reads no other tenant's records
+        self._files_of: dict[str, set[str]] = {}
         self._jobs: dict[str, BatchJob] = {}
         self._cancels: dict[str, int] = {}
         self._done: dict[str, dict[int, bool]] = {}  # job -> line -> succeeded
@@ -78,17 +80,20 @@ class FileBatchStore:
     async def put_file(self, record: FileRecord) -> None:
         await _io(_write_json, self._files_dir / f"{record.id}.json", record)
         self._files[record.id] = record
+        self._files_of.setdefault(record.tenant, set()).add(record.id)
 
     async def get_file(self, file_id: str) -> FileRecord | None:
         return self._files.get(file_id)
 
     async def list_files(self, tenant: str) -> list[FileRecord]:
-        mine = (f for f in self._files.values() if f.tenant == tenant)
+        mine = (self._files[i] for i in self._files_of.get(tenant, ()))
         return sorted(mine, key=FileRecord.order, reverse=True)
 
     async def drop_file(self, file_id: str) -> None:
         await _io(_unlink, self._files_dir / f"{file_id}.json")
-        self._files.pop(file_id, None)
+        record = self._files.pop(file_id, None)
+        if record is not None:
+            self._files_of.get(record.tenant, set()).discard(file_id)
 
     async def put_job(self, job: BatchJob) -> None:
         await _io(_write_json, self._jobs_dir / f"{job.id}.json", job)
@@ -154,6 +159,8 @@ class FileBatchStore:
         self._files_dir.mkdir(parents=True, exist_ok=True)
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
         self._files = _read_all(self._files_dir, FileRecord)
+        for record in self._files.values():
+            self._files_of.setdefault(record.tenant, set()).add(record.id)
         self._jobs = _read_all(self._jobs_dir, BatchJob)
         for path in self._jobs_dir.glob("*.cancel"):
             self._cancels[path.stem] = int(path.read_text() or 0)

@@ -3,6 +3,7 @@
 Keys (one hash tag, so a Redis Cluster keeps them on one slot):
 
     {prefix}:batch:files              hash  file id -> record
+    {prefix}:batch:files:of:{tenant}  set   the tenant's file ids (listing reads no other's)
     {prefix}:batch:jobs               hash  job id -> job
     {prefix}:batch:active             set   jobs not over yet
     {prefix}:batch:cancels            hash  job id -> when a cancel was asked
@@ -60,20 +61,38 @@ class RedisBatchStore:
         self._release = self._redis.register_script(_RELEASE)
 
     async def put_file(self, record: FileRecord) -> None:
-        await _call(lambda: self._redis.hset(self._key("files"), record.id, _dump(record)))
+        async def write() -> None:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._key("files"), record.id, _dump(record))
+                pipe.sadd(self._key("files", "of", record.tenant), record.id)
+                await pipe.execute()
+
+        await _call(write)
 
     async def get_file(self, file_id: str) -> FileRecord | None:
         data = await _call(lambda: self._redis.hget(self._key("files"), file_id))
         return None if data is None else FileRecord.model_validate_json(data)
 
     async def list_files(self, tenant: str) -> list[FileRecord]:
-        rows = await _call(lambda: self._redis.hvals(self._key("files")))
-        files = (FileRecord.model_validate_json(row) for row in rows)
+        ids = await _call(lambda: self._redis.smembers(self._key("files", "of", tenant)))
+        if not ids:
+            return []
+        rows = await _call(lambda: self._redis.hmget(self._key("files"), sorted(ids)))
+        files = (FileRecord.model_validate_json(row) for row in rows if row is not None)
         mine = (f for f in files if f.tenant == tenant)
         return sorted(mine, key=FileRecord.order, reverse=True)
 
     async def drop_file(self, file_id: str) -> None:
-        await _call(lambda: self._redis.hdel(self._key("files"), file_id))
+        record = await self.get_file(file_id)
+
+        async def drop() -> None:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hdel(self._key("files"), file_id)
+                if record is not None:
+                    pipe.srem(self._key("files", "of", record.tenant), file_id)
+                await pipe.execute()
+
+        await _call(drop)
 
     async def put_job(self, job: BatchJob) -> None:
         async def write() -> None:
