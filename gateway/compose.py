@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import random
+import secrets
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -132,9 +133,10 @@ async def build(
     # coalescing, fallbacks, degradation under overload
     routing = (Flights(tasks), settings.fallback_chains(), settings.degrade)
     path_parts = (pools, quotas, http_cache, settings.traffic, metrics, lifecycle, body, *routing)
-    pipeline = Pipeline(auth, catalog, *path_parts)
+    salt = _salt_secret(env)
+    pipeline = Pipeline(auth, catalog, *path_parts, salt_secret=salt)
     # Batch lines take the same path, as their job's tenant and in the batch class.
-    lines = Pipeline(LineAuthenticator(catalog), BatchClass(catalog), *path_parts)
+    lines = Pipeline(LineAuthenticator(catalog), BatchClass(catalog), *path_parts, salt_secret=salt)
     batches = await build_batches(settings, lines, auth, catalog, metrics, access, stack, tasks)
     admin_keys = admin_key_hashes(settings.admin, env)  # once: a generated key is printed
     operators = Operators(admin_keys | operator_key_hashes(settings.admin, env))
@@ -155,6 +157,15 @@ async def build(
         ),
     )
     return Parts(store, pools, _health(settings, pools), pipeline, admin, batches, operators)
+
+
+def _salt_secret(env: dict[str, str]) -> bytes:
+    """The key of the tenants' vLLM cache salts: $GATEWAY_CACHE_SALT_SECRET, which gateway
+    replicas share so that a tenant's prefix-cache entries serve it through any of them;
+    unset, a random one per process (one replica loses nothing but warm prefixes at a
+    restart)."""
+    configured = env.get("GATEWAY_CACHE_SALT_SECRET")
+    return configured.encode() if configured else secrets.token_bytes(32)
 
 
 def open_state_store(settings: Settings) -> StateStore:
@@ -294,6 +305,7 @@ def _pool(
         metrics,
         policy,
         engine_priority=backend.priority_scheduling,
+        cache_salt=backend.engine == "vllm",
     )
     if concurrency.mode == "adaptive":
         tasks.start_soon(pool.run_capacity, _scraper(backend), concurrency.interval_s)

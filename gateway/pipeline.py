@@ -53,6 +53,7 @@ from gateway.tenancy.tenants import Catalog
 from gateway.traffic.deadline import Deadline, deadline_s, held_deadline_s, request_class
 from gateway.traffic.forward import forward
 from gateway.traffic.pool import Admitted, Pool
+from gateway.upstream_body import Rewrite, cache_salt, for_engine
 from gateway.usage import UsageTap
 
 UNROUTED_MODEL = "unknown"  # the model recorded for a request whose model did not route
@@ -70,6 +71,8 @@ class Call:
     deadline: Deadline
     fallbacks: tuple[str, ...] = ()  # models tried in its model's place (gateway/fallback.py)
     degrade: Degrade | None = None  # its tenant's or model's policy under overload
+    # The stream asks the engine for usage the client did not ask for: strip that chunk.
+    strip_usage: bool = False
 
 
 class Pipeline:
@@ -87,8 +90,11 @@ class Pipeline:
         flights: Flights,
         fallbacks: Mapping[str, tuple[str, ...]],
         degrade: Mapping[str, Degrade] | None = None,
+        *,
+        salt_secret: bytes = b"",
     ) -> None:
         self._auth = auth
+        self._salt_secret = salt_secret  # keys each tenant's vLLM cache_salt
         self._catalog = catalog
         self._pools = pools
         self._quotas = quotas
@@ -225,7 +231,8 @@ class Pipeline:
         else:
             exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
             path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
-            upstream = await forward(lease, path, call.raw, exchange.request_id, streamed=streamed)
+            body = self._salted(call)
+            upstream = await forward(lease, path, body, exchange.request_id, streamed=streamed)
         return self._with_headers(await self._relay(call, exchange, upstream), exchange)
 
     async def _relay(self, call: Call, exchange: Exchange, upstream: UpstreamResponse) -> Response:
@@ -234,6 +241,15 @@ class Pipeline:
         backend, rid = call.pool.name, exchange.request_id
         response, exchange.ending = await whole(backend, upstream, rid, self._metrics)
         return response
+
+    def _salted(self, call: Call) -> bytes:
+        """The body with the tenant's cache salt, for a pool whose engine takes one (vLLM);
+        a fallback's pool gets the body as the client sent it."""
+        if not call.pool.cache_salt:
+            return call.raw
+        scope, _ = self._catalog.cache_scope(call.tenant.name)
+        salt = cache_salt(self._salt_secret, scope)
+        return for_engine(call.raw, Rewrite(stream_usage=False, cache_salt=salt))[0]
 
     async def _authenticate(self, exchange: Exchange) -> Tenant:
         principal = await self._auth.authenticate(exchange.headers.get("authorization"))
@@ -254,7 +270,9 @@ class Pipeline:
         deadline = Deadline.after(length_s, exchange.elapsed_s())
         pool, fallbacks = self._pools[route.backend], self._chains.get(route.model, ())
         policy = tenant.degrade or self._degrade.get(route.model)
-        return Call(body, raw, tenant, pool, priority, deadline, fallbacks, policy)
+        # Every stream asks for usage: quotas are charged what the engine counted.
+        raw, strip = for_engine(raw, Rewrite(stream_usage=body.streamed))
+        return Call(body, raw, tenant, pool, priority, deadline, fallbacks, policy, strip)
 
     async def _admit(self, call: Call, exchange: Exchange) -> None:
         exchange.estimate = call.body.reserved_tokens(self._traffic.default_max_tokens)
@@ -351,7 +369,8 @@ class Pipeline:
         flight = exchange.flight
         shared = flight.leading(recorder) if flight is not None and recorder is not None else None
         rid = exchange.request_id
-        return stream(call.pool.name, upstream, rid, self._metrics, tap, finish, shared)
+        strip = call.strip_usage
+        return stream(call.pool.name, upstream, rid, self._metrics, tap, finish, shared, strip)
 
     def _with_headers(self, response: Response, exchange: Exchange) -> Response:
         headers = {**exchange.admission.headers, **self._cache.miss_headers(exchange.probe)}

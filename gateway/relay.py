@@ -28,11 +28,13 @@ from gateway.disconnect import SERVER_CANCELS, cancelled_by_server
 from gateway.errors import ClientGone, GatewayError, UpstreamError, error_body
 from gateway.metrics import Metrics
 from gateway.traffic.forward import translate
+from gateway.upstream_body import without_usage_chunks
 from gateway.usage import TokenUsage, usage_in
 
 # Relayed from the upstream's answer; everything else (hop-by-hop, cookies, server) is not.
+# Nor its `x-ratelimit-*`: they are the upstream account's limits, not the tenant's (the
+# gateway's own quota headers, gateway/tenancy/quotas.py), which they would override.
 _RELAYED_HEADERS = ("content-type", "retry-after", "openai-processing-ms")
-_RELAYED_PREFIXES = ("x-ratelimit-",)
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,10 @@ def stream(
     tap: Tap | None,
     finish: Finish,
     shared: Shared | None = None,
+    strip_usage: bool = False,
 ) -> Response:
+    """`strip_usage`: the gateway asked for the usage chunk, the client did not: its tap
+    sees it (quotas), the client does not."""
     ended: list[Ending] = []
 
     async def close() -> None:
@@ -103,7 +108,7 @@ def stream(
         upstream.close()
         await finish(ended[0] if ended else Ending(499, "client_disconnected"))
 
-    events = _events(backend, upstream, metrics, tap, ended)
+    events = _events(backend, upstream, metrics, tap, ended, strip_usage)
     if shared is not None:
         events = shared.relay(events)
     headers = relayed_headers(upstream.headers, request_id)
@@ -117,6 +122,7 @@ async def _events(
     metrics: Metrics,
     tap: Tap | None,
     ended: list[Ending],
+    strip_usage: bool = False,
 ) -> AsyncIterator[bytes]:
     pending = b""
     saw_done = False
@@ -133,7 +139,10 @@ async def _events(
                 saw_done = saw_done or done
                 if tap is not None:
                     tap(ready)
-                yield ready
+                if strip_usage:
+                    ready = without_usage_chunks(ready)
+                if ready:
+                    yield ready
     except BackendError as exc:
         failure = translate(backend, exc, metrics)
         ended.append(Ending(failure.status, failure.code))
@@ -148,7 +157,10 @@ async def _events(
         rest = pending if pending.endswith(b"\n\n") else pending + b"\n\n"
         if tap is not None:
             tap(rest)
-        yield rest
+        if strip_usage:
+            rest = without_usage_chunks(rest)
+        if rest:
+            yield rest
     if saw_done:
         ended.append(Ending(200, None))
         return
@@ -228,6 +240,6 @@ def relayed_headers(upstream: Mapping[str, str], request_id: str) -> dict[str, s
     headers = {"x-request-id": request_id}
     for name, value in upstream.items():
         lower = name.lower()
-        if lower in _RELAYED_HEADERS or lower.startswith(_RELAYED_PREFIXES):
+        if lower in _RELAYED_HEADERS:
             headers[lower] = value
     return headers

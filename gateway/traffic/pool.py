@@ -73,7 +73,8 @@ class Pool:
 
     The queue dispatches at most the sum of the ready replicas' limits at once; with none
     ready (scaled to zero, starting) requests are held in it. `engine_priority`: each
-    request's class rank goes to the engine as vLLM's `priority` field.
+    request's class rank goes to the engine as vLLM's `priority` field. `cache_salt`: its
+    requests carry their tenant's prefix-cache salt (gateway/upstream_body.py).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class Pool:
         retry: UpstreamRetryPolicy | None = None,
         *,
         engine_priority: bool = False,
+        cache_salt: bool = False,
     ) -> None:
         self.name = name
         self.replicas = replicas
@@ -94,6 +96,7 @@ class Pool:
         self.metrics = metrics
         self.retry = retry or UpstreamRetryPolicy()
         self.engine_priority = engine_priority
+        self.cache_salt = cache_salt  # its engine takes vLLM's per-tenant `cache_salt`
         self.manager: ColdStartManager | None = None
         self._cold_start_s = 0.0
         self._capacity = -1  # what the scheduler was last told

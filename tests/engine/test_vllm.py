@@ -1,0 +1,196 @@
+"""The gateway in front of the real vLLM (CPU build): answers, streams and usage, the
+engine's own errors, priority reaching its scheduler, per-tenant prefix-cache salts, and the
+metrics parser on its live exposition. Every fact about the engine is read from the engine
+(its answers, its /metrics), not from the gateway's view of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.traffic.engine_metrics import parse
+from tests.engine.conftest import (
+    BATCH_KEY,
+    INTERACTIVE_KEY,
+    MAX_NUM_SEQS,
+    MODEL,
+    OPERATOR_KEY,
+    OTHER_KEY,
+    Engine,
+)
+from tests.support.processes import Gateway
+
+# The engine's start (60-90 s) counts against the timeout of the first test that asks for it.
+pytestmark = pytest.mark.timeout(600)
+
+# Long enough to fill several 128-token blocks of vLLM's prefix cache: a shared prefix
+# hits only in whole blocks.
+LONG_PREFIX = " ".join(
+    f"section {i} of the shared operating manual says nothing" for i in range(60)
+)
+
+
+def client(gateway: Gateway, key: str = INTERACTIVE_KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=120)
+
+
+def engine_counter(engine: Engine, name: str) -> float:
+    text = httpx.get(f"{engine.url}/metrics", timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_chat_and_completions_answer_with_the_engines_usage(vllm_gateway: Gateway) -> None:
+    chat = client(vllm_gateway).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=8
+    )
+    assert chat.choices[0].message.content
+    assert chat.usage is not None and chat.usage.completion_tokens == 8
+    assert chat.system_fingerprint is not None and "vllm" in chat.system_fingerprint
+    text = client(vllm_gateway).completions.create(model=MODEL, prompt="one two", max_tokens=5)
+    assert text.usage is not None and text.usage.completion_tokens == 5
+
+
+def test_a_stream_is_charged_the_engines_count_and_the_client_sees_no_usage_it_did_not_ask(
+    vllm_gateway: Gateway,
+) -> None:
+    """The gateway asks every stream for usage; a client that did not ask does not get the
+    usage chunk, and the tokens recorded for its tenant are the engine's own count (a CJK
+    prompt: characters/4 would be a fraction of it)."""
+    messages: Any = [
+        {"role": "user", "content": "東京の天気は今日どうですか。明日は雨が降りますか。"}
+    ]
+    whole = client(vllm_gateway, OTHER_KEY).chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6
+    )
+    assert whole.usage is not None
+    before = _tokens(vllm_gateway, "other")
+    chunks = list(
+        client(vllm_gateway, OTHER_KEY).chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=6, stream=True
+        )
+    )
+    assert chunks and all(chunk.choices for chunk in chunks)  # no usage-only chunk
+    assert all(chunk.usage is None for chunk in chunks)
+    after = _tokens(vllm_gateway, "other")
+    assert after["prompt"] - before["prompt"] == whole.usage.prompt_tokens
+    assert after["completion"] - before["completion"] == 6
+    asked = list(
+        client(vllm_gateway, OTHER_KEY).chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert asked[-1].choices == [] and asked[-1].usage is not None
+    assert asked[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def _tokens(gateway: Gateway, tenant: str) -> dict[str, float]:
+    headers = {"authorization": f"Bearer {OPERATOR_KEY}"}
+    text = httpx.get(f"{gateway.url}/metrics", headers=headers, timeout=10).text
+    found = {"prompt": 0.0, "completion": 0.0}
+    for line in text.splitlines():
+        if line.startswith("gateway_tokens_total{") and f'tenant="{tenant}"' in line:
+            kind = "prompt" if 'kind="prompt"' in line else "completion"
+            found[kind] += float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_the_engines_own_errors_come_back_openai_shaped(vllm_gateway: Gateway) -> None:
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client(vllm_gateway).completions.create(model=MODEL, prompt="word " * 1500, max_tokens=4)
+    assert too_long.value.status_code == 400
+    error = _error(too_long.value)
+    assert "maximum context length" in error["message"]
+    assert isinstance(error["type"], str)
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client(vllm_gateway).completions.create(model="no-such-model", prompt="x", max_tokens=1)
+    assert unknown.value.status_code == 404
+    assert _error(unknown.value)["message"]
+
+
+def _error(exc: openai.APIStatusError) -> dict[str, Any]:
+    body = exc.response.json()
+    assert set(body) == {"error"}
+    error: dict[str, Any] = body["error"]
+    assert {"message", "type", "code"} <= set(error)
+    return error
+
+
+async def test_an_interactive_request_overtakes_batch_requests_queued_in_the_engine(
+    vllm_gateway: Gateway, vllm_engine: Engine
+) -> None:
+    """The gateway sends batch and interactive requests alike (its limit is above the
+    engine's batch): the engine's own scheduler, told each request's class as `priority`,
+    runs the interactive one before batch requests that were queued before it."""
+    async with httpx.AsyncClient(base_url=vllm_gateway.base_url, timeout=120) as http:
+        batch = [_timed(http, BATCH_KEY, 48) for _ in range(3 * MAX_NUM_SEQS)]
+        tasks = [asyncio.create_task(call) for call in batch]
+        await _until_engine_queues(vllm_engine)
+        interactive = await _timed(http, INTERACTIVE_KEY, 4)
+        finished = await asyncio.gather(*tasks)
+    # FCFS would run it after all 12; by priority it waits only for a slot in the batch.
+    later = sum(1 for ended in finished if ended > interactive)
+    assert later >= 2 * MAX_NUM_SEQS - 1, (interactive, sorted(finished))
+
+
+async def _timed(http: httpx.AsyncClient, key: str, tokens: int) -> float:
+    body = {"model": MODEL, "prompt": "count", "max_tokens": tokens, "ignore_eos": True}
+    headers = {"authorization": f"Bearer {key}"}
+    response = await http.post("completions", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    return time.monotonic()
+
+
+async def _until_engine_queues(engine: Engine, timeout_s: float = 30.0) -> None:
+    """Until vLLM itself reports requests waiting (read from its /metrics)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=5) as http:
+        while time.monotonic() < deadline:
+            sample = parse("vllm", (await http.get(f"{engine.url}/metrics")).text)
+            if (sample.waiting or 0) >= MAX_NUM_SEQS:
+                assert sample.running == MAX_NUM_SEQS
+                return
+            await asyncio.sleep(0.02)
+    pytest.fail("the engine never queued the batch requests")
+
+
+def test_each_tenant_gets_its_own_prefix_cache_salt(
+    vllm_gateway: Gateway, vllm_engine: Engine
+) -> None:
+    """The same long prompt hits vLLM's prefix cache the second time one tenant sends it
+    and misses when another tenant sends it (vLLM's prefix-cache counters), even when the
+    client sets a `cache_salt` of its own."""
+
+    def send(key: str, salt: str | None = None) -> float:
+        hits = engine_counter(vllm_engine, "vllm:prefix_cache_hits_total")
+        extra = {"cache_salt": salt} if salt is not None else {}
+        client(vllm_gateway, key).completions.create(
+            model=MODEL, prompt=LONG_PREFIX, max_tokens=1, extra_body=extra
+        )
+        return engine_counter(vllm_engine, "vllm:prefix_cache_hits_total") - hits
+
+    send(INTERACTIVE_KEY)
+    assert send(INTERACTIVE_KEY) >= 256  # two whole blocks at least, from the same tenant
+    assert send(OTHER_KEY, salt="anything") == 0  # another tenant: another salt
+    assert send(OTHER_KEY) >= 256  # which is its own, and hits for it
+
+
+def test_the_parser_reads_the_live_exposition(vllm_engine: Engine) -> None:
+    sample = parse("vllm", httpx.get(f"{vllm_engine.url}/metrics", timeout=10).text)
+    assert sample.kv_capacity_tokens is not None and sample.kv_capacity_tokens > 0
+    assert sample.running is not None and sample.waiting is not None
+    assert sample.waiting_for_capacity is not None
+    assert sample.prompt_tokens is not None and sample.generation_tokens is not None
+    assert sample.queue_time_count is not None and sample.queue_time_at_finish
