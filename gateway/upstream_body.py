@@ -45,7 +45,10 @@ def for_engine(raw: bytes, rewrite: Rewrite) -> tuple[bytes, bool]:
         return raw, False
     fields = orjson.loads(raw)  # parsed already by the schema: a JSON object
     strip = False
-    if rewrite.stream_usage and fields.get("stream") is True:
+    streamed = fields.get("stream") is True
+    if rewrite.cache_salt is None and not streamed:
+        return raw, False
+    if rewrite.stream_usage and streamed:
         options = fields.get("stream_options")
         options = dict(options) if isinstance(options, dict) else {}
         strip = options.get("include_usage") is not True
