@@ -1,5 +1,14 @@
 """A fake continuous-batching LLM engine: a fake of vLLM's documented behaviour, not vLLM.
 
+What each engine covers: the real vLLM (its CPU build, backends/local_vllm.py, tests/engine)
+judges what the gateway does against an engine: its scheduler, priority, prefix-cache salts,
+usage, errors and /metrics as vLLM really serves them, at CPU speed with a 17M-parameter
+model. This fake stands in where the real one cannot run here or would be too slow: an
+A100-sized engine (hundreds of sequences, an 8B model's step times) for fast tests and
+benchmarks, KV-cache pressure and preemption, and sleep mode (needs CUDA). Its /metrics
+names, label keys and semantics are checked against a captured vLLM exposition
+(tests/traffic/test_fake_engine.py); its numbers are estimates, not measurements.
+
 No GPU runs here, so the gateway's adaptive concurrency work is measured against this
 stand-in for one vLLM V1 server (OpenAI API, run with `--no-enable-prefix-caching`): one
 engine loop that steps like vLLM V1's scheduler, in real time. `EngineParams` holds the
@@ -14,7 +23,8 @@ this step are free. A running request that cannot get a block preempts the newes
 request (under the priority policy, the one of largest (priority, arrival)), as vLLM V1
 does, by recompute: its blocks are freed, it goes back to the front of the waiting queue
 and later re-prefills its prompt and the tokens generated so far; a step with a preemption
-admits no one. A step takes `a + b·scheduled + c·prefill tokens`, times `step_scale`, and at
+admits no one. A step takes `a + max(b·scheduled, c·prefill tokens)` (the weight and KV
+read against the prefill's compute), times a jitter of ±`step_jitter` and `step_scale`, and at
 its end each request whose tokens are all computed samples one token. Every request
 generates exactly `max_tokens` tokens (256 when unset), as a benchmark with `ignore_eos`
 does, each token " tok". Prompt tokens are approximated as ceil(characters / 4) over the
@@ -69,6 +79,7 @@ import asyncio
 import heapq
 import itertools
 import math
+import random
 import time
 import uuid
 from collections import deque
@@ -117,6 +128,10 @@ class EngineParams:
     # Prefill is compute-bound: 2 x 8.03e9 FLOP per token at half the A100's 312 TFLOPS
     # (BF16, dense) = 0.10 ms per prompt token, ~205 ms for a 2,048-token chunk.
     prefill_ms_per_token: float = 0.10
+    # A real engine's steps vary (kernel choice, Python overhead, the host's other work):
+    # each step's time is scaled by a uniform draw in [1 - jitter, 1 + jitter], from `seed`.
+    step_jitter: float = 0.05
+    seed: int = 0
     scheduling_policy: Policy = "fcfs"  # vLLM's default; "priority": lower value first
     stream_interval: int = 1  # vLLM's default
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
@@ -127,12 +142,13 @@ class EngineParams:
 
     def __post_init__(self) -> None:
         counts = (self.max_num_seqs, self.max_num_batched_tokens, self.stream_interval)
-        costs = (self.step_a_ms, self.step_b_ms, self.prefill_ms_per_token)
+        costs = (self.step_a_ms, self.step_b_ms, self.prefill_ms_per_token, self.step_jitter)
         if (
             min(counts) < 1
             or self.long_prefill_token_threshold < 0
             or not 1 <= self.block_size <= self.kv_tokens
             or min(costs) < 0
+            or self.step_jitter >= 1
         ):
             raise ValueError(f"engine parameters out of range: {self}")
 
@@ -292,6 +308,7 @@ class Engine:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(LATENCY_BUCKETS)
         self.queue_time = Histogram(LATENCY_BUCKETS)
+        self.rng = random.Random(params.seed)
 
     # -- requests in and out ------------------------------------------------------------
 
@@ -357,8 +374,15 @@ class Engine:
             self._complete(plan, time.monotonic())
 
     def _step_ms(self, scheduled: int, prefill_tokens: int) -> float:
+        """A step reads the weights and the batch's KV (memory-bound: a + b per sequence)
+        while it computes the prefill tokens (compute-bound: a + c per token): the slower of
+        the two, not their sum, so a small prefill hides under the weight read (vLLM on a
+        GPU; the sum made small prefills cost 3-5x what they do there). Then jitter."""
         p = self.params
-        return p.step_a_ms + p.step_b_ms * scheduled + p.prefill_ms_per_token * prefill_tokens
+        memory = p.step_b_ms * scheduled
+        compute = p.prefill_ms_per_token * prefill_tokens
+        jitter = 1.0 + p.step_jitter * (2.0 * self.rng.random() - 1.0)
+        return (p.step_a_ms + max(memory, compute)) * jitter
 
     def _schedule(self) -> tuple[dict[Request, int], int, bool]:
         """One step's plan {request: tokens to compute}, its prefill tokens, any preemption.
@@ -418,7 +442,6 @@ class Engine:
         self.max_running = max(self.max_running, len(self.running))
         if request.scheduled_at is None:
             request.scheduled_at = time.monotonic()
-            self.queue_time.observe(request.scheduled_at - request.arrival)
 
     def _complete(self, plan: dict[Request, int], now: float) -> None:
         """The step's end: every request whose tokens are all computed samples one token."""
@@ -496,6 +519,10 @@ class Engine:
         request.event.set()
         self.stats["served"] += 1
         self.e2e.observe(now - request.arrival)
+        # As vLLM: the time a request waited is observed when it finishes, not when it
+        # is scheduled (so a queue shows in this histogram one service time late).
+        if request.scheduled_at is not None:
+            self.queue_time.observe(request.scheduled_at - request.arrival)
 
     def waiting_list(self) -> list[Request]:
         return [e[3] for e in self.waiting.heap] + list(self.waiting.fifo)
@@ -539,15 +566,23 @@ def render_metrics(engine: Engine) -> bytes:
         ("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
          stats["generation_tokens"]),
     ):  # fmt: skip
+        # vLLM's exposition names a counter's family with its `_total` (as captured).
         sample = name + "_total" if kind == "counter" else name
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        lines += [f"# HELP {sample} {help_text}", f"# TYPE {sample} {kind}"]
         lines.append(f"{sample}{{{labels}}} {float(value)}")
     lines += [
         "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
         "# TYPE vllm:cache_config_info gauge",
         f'vllm:cache_config_info{{block_size="{engine.params.block_size}",cache_dtype="auto",'
         'enable_prefix_caching="False",engine="0",gpu_memory_utilization="0.9",'
+        f'kv_cache_size_tokens="{engine.max_model_len()}",'
         f'num_gpu_blocks="{engine.total_blocks}"}} 1.0',
+        "# HELP vllm:num_requests_waiting_by_reason Number of requests waiting, by reason.",
+        "# TYPE vllm:num_requests_waiting_by_reason gauge",
+        # Every waiting request here waits for room: nothing is ever deferred.
+        f'vllm:num_requests_waiting_by_reason{{{labels},reason="capacity"}} '
+        f"{float(len(engine.waiting))}",
+        f'vllm:num_requests_waiting_by_reason{{{labels},reason="deferred"}} 0.0',
     ]
     for name, help_text, histogram in (
         ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",

@@ -289,3 +289,60 @@ async def test_metrics_can_be_absent(start_engine: StartEngine, engine: str) -> 
     finally:
         httpx.post(engine + "/_control", json={"metrics": True}).raise_for_status()
     assert httpx.get(engine + "/metrics").status_code == 200
+
+
+REAL_EXPOSITION = Path(__file__).with_name("fixtures") / "vllm_metrics.txt"
+
+
+def _families(text: str) -> dict[str, tuple[str, set[frozenset[str]]]]:
+    """vllm: family -> (its TYPE, the label-key sets of its samples)."""
+    kinds = {
+        parts[2]: parts[3]
+        for line in text.splitlines()
+        if line.startswith("# TYPE vllm:") and len(parts := line.split()) == 4
+    }
+    labels: dict[str, set[frozenset[str]]] = {name: set() for name in kinds}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name, _, rest = line.partition("{")
+        family = next((f for f in kinds if name.split(" ")[0] in _sample_names(f)), None)
+        if family is not None:
+            keys = frozenset(pair.split("=")[0] for pair in rest.split("}")[0].split('",'))
+            labels[family].add(frozenset(k.strip().strip(",") for k in keys if k))
+    return {name: (kinds[name], labels[name]) for name in kinds}
+
+
+def _sample_names(family: str) -> set[str]:
+    return {family, *(family + s for s in ("_total", "_bucket", "_sum", "_count"))}
+
+
+def test_the_fakes_metrics_are_named_typed_and_labelled_as_the_real_vllms(engine: str) -> None:
+    """Every vllm: family the fake exports, the real vLLM (0.32.0, captured) exports with the
+    same type, and each of the fake's label-key sets is one the real engine uses (besides
+    the info gauge's, which carries more of vLLM's configuration than the fake has)."""
+    real = _families(REAL_EXPOSITION.read_text())
+    fake = _families(httpx.get(f"{engine}/metrics").text)
+    assert fake, "the fake exported no vllm: family"
+    for name, (kind, label_sets) in fake.items():
+        assert name in real, f"{name}: not in vLLM's exposition"
+        assert kind == real[name][0], f"{name}: {kind}, vLLM's is {real[name][0]}"
+        if name != "vllm:cache_config_info":
+            assert label_sets <= real[name][1], (name, label_sets, real[name][1])
+
+
+async def test_queue_time_is_observed_when_a_request_finishes_as_vllm_does(
+    start_engine: StartEngine,
+) -> None:
+    url = start_engine(*FAST, "--max-num-seqs", "1")
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        first = asyncio.create_task(http.post("/v1/chat/completions", json=chat(max_tokens=60)))
+        await until(lambda: stats(url)["running"] == 1)
+        second = asyncio.create_task(http.post("/v1/chat/completions", json=chat(max_tokens=60)))
+        await until(lambda: stats(url)["waiting"] == 1)
+        await first
+        await until(lambda: stats(url)["running"] == 1)  # the second now runs
+        # Both were scheduled; only the first has finished, so only its wait is observed.
+        assert metrics(url)["vllm:request_queue_time_seconds_count"] == 1.0
+        await second
+    assert metrics(url)["vllm:request_queue_time_seconds_count"] == 2.0
