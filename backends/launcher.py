@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import aiohttp
 
 from backends.errors import LaunchError
-from backends.spawn import Child, spawn
+from backends.spawn import Child, child_environment, spawn
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -25,7 +25,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 class LocalProcess:
     def __init__(self, command: Sequence[str], env: Mapping[str, str], ready_url: str) -> None:
         self._command = list(command)
-        self._env = {**os.environ, **env}
+        self._env = child_environment(env)  # never the gateway's secrets
         self._ready_url = ready_url
         self._process: Child | None = None
 

@@ -17,6 +17,7 @@ starts few processes and learns of an exit within `POLL_S`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,69 @@ from typing import IO
 import anyio
 
 POLL_S = 0.05
+
+# What a model server inherits of the gateway's environment: what a process needs to run,
+# and the settings of CUDA, the engines, their thread pools and model hubs. Not the rest:
+# it holds the gateway's secrets (admin and tenant keys, the Redis password, cloud
+# credentials). A child needs a credential of its own (AWS keys for the Run:ai streamer)
+# given in its `launch.env`. `HF_TOKEN` is inherited: it is the model hub's, for the
+# model server to download gated weights.
+INHERITED = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TERM",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ENDPOINT_URL",
+        "AWS_ROLE_ARN",  # IRSA: a role and the path of its token file, no secret
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+    }
+)
+INHERITED_PREFIXES = (
+    "LC_",
+    "PYTHON",  # PYTHONPATH, PYTHONUNBUFFERED, ...
+    "XDG_",
+    "CUDA_",
+    "NVIDIA_",
+    "NCCL_",
+    "VLLM_",
+    "SGLANG_",
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "TORCH",  # TORCH_*, TORCHINDUCTOR_*
+    "PYTORCH_",
+    "HF_",
+    "HUGGINGFACE_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "RUNAI_",
+    "COVERAGE_",  # `make coverage` measures the children too
+)
+
+
+def child_environment(
+    extra: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a child the gateway starts: the allowlisted part of the
+    gateway's own (`environ`, default os.environ), then `extra` (its `launch.env`)."""
+    source = os.environ if environ is None else environ
+    inherited = {
+        name: value
+        for name, value in source.items()
+        if name in INHERITED or name.startswith(INHERITED_PREFIXES)
+    }
+    return {**inherited, **extra}
 
 
 class Child:

@@ -137,14 +137,20 @@ def _replace(path: Path, data: bytes) -> None:
         out.write(data)
 
 
+def _owner_only(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
 @contextmanager
 def _replacing(path: Path) -> Iterator[BinaryIO]:
     """A file to write that replaces `path` once complete: written to a temporary name,
     fsynced and renamed, so a reader sees the old file or the new one; on an error the
     temporary file is removed and `path` left as it was."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)  # a leftover would keep its mode
     try:
-        with open(tmp, "wb", buffering=_BUFFER) as out:
+        # Cached prompts and answers of every tenant: the gateway's user's alone.
+        with open(tmp, "wb", buffering=_BUFFER, opener=_owner_only) as out:
             yield out
             out.flush()
             os.fsync(out.fileno())

@@ -418,12 +418,12 @@ class LocalCacheStore:
 
 
 def _write(path: Path, dim: int, slots: list[_Slot]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # tenants' prompts: owner only
     write_snapshot(path, dim, (StoredEntry(s.entry, s.last_hit, s.hits) for s in slots))
 
 
 def _write_evidence(path: Path, evidence: Evidence) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_evidence(_evidence_path(path), evidence)
 
 

@@ -204,7 +204,9 @@ def _write(text: str, output: str | None) -> None:
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.server import serve
+    from gateway.tenancy.keys import refuse_weak_keys
 
+    refuse_weak_keys(settings, os.environ)  # before anything listens
     host = args.host or settings.listen.host
     port = args.port if args.port is not None else int(os.environ.get("PORT", settings.listen.port))
     return serve(settings, host, port, str(args.config))

@@ -31,6 +31,7 @@ from anyio.abc import TaskGroup
 from redis.exceptions import RedisError
 
 from gateway.errors import GatewayError
+from gateway.private_files import owner_only, private_dir
 from gateway.settings import Settings
 from warmpool.timeline import ColdStartRecord
 
@@ -110,8 +111,8 @@ class JsonLinesEvents:
         await anyio.to_thread.run_sync(self._write, b"".join(line + b"\n" for line in lines))
 
     def _write(self, data: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as out:
+        private_dir(self.path.parent)
+        with open(self.path, "ab", opener=owner_only) as out:
             out.write(data)
 
     async def close(self) -> None:

@@ -154,10 +154,10 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # lingering: dropped
-        heads_read = self._heads_read
+        reading, heads_read = self._reading_head, self._heads_read
         super().data_received(data)
-        if self._reading_head and self._heads_read == heads_read and not self._refused:
-            # All of it belongs to the unfinished head (one ended within it: counted anew).
+        if reading and self._heads_read == heads_read and not self._refused:
+            # A head was being read before and after: all of it belongs to that head.
             self._raw_head_bytes += len(data)
             if self._raw_head_bytes > self.max_head_bytes:
                 self._refuse_head()

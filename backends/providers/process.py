@@ -42,7 +42,7 @@ from backends.providers.restart_policy import (
     consecutive_failures,
     restart_delay,
 )
-from backends.spawn import Child, spawn
+from backends.spawn import Child, child_environment, spawn
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ PLACEHOLDERS = ("{port}", "{host}", "{weights}", "{python}")
 
 @dataclass(frozen=True)
 class ProcessLaunch:
-    """What to run. `env` is added to the gateway's own environment."""
+    """What to run. `env` is added to the allowlisted part of the gateway's environment
+    (backends/spawn.py `child_environment`)."""
 
     command: Sequence[str]
     env: Mapping[str, str] = field(default_factory=dict)
@@ -203,7 +204,8 @@ class ProcessProvider:
         return f"exited with code {code}" if code >= 0 else f"killed by signal {-code}"
 
     async def _open(self, port: int) -> Child:
-        env = {**os.environ, **self._launch.env, "WORKER_SPAWNED_AT": f"{self._clock():.6f}"}
+        spawned_at = {"WORKER_SPAWNED_AT": f"{self._clock():.6f}"}
+        env = child_environment({**self._launch.env, **spawned_at})  # never the gateway's secrets
         log = await self._open_log()
         try:
             return await spawn(  # not the event loop's fork: see backends/spawn.py

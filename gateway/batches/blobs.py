@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 import anyio.to_thread
 
 from gateway.batches.errors import BlobMissing, BlobStoreError
+from gateway.private_files import private_dir, write_private
 from gateway.settings import Settings
 
 T = TypeVar("T")
@@ -52,9 +53,9 @@ class LocalBlobStore:
         return self._root / file_id  # ids are the gateway's own (`file-` + hex)
 
     def _write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_bytes(data)
+        write_private(tmp, data)
         os.replace(tmp, path)  # whole or not at all: a finalizing job may write it again
 
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.batches.errors import BatchStoreError
 from gateway.batches.models import BatchJob, Counts, FileRecord, LineResult
+from gateway.private_files import private_dir, write_private
 from gateway.settings import Settings
 
 T = TypeVar("T")
@@ -114,7 +115,7 @@ class FileBatchStore:
         if job_id in self._cancels:
             return
         path = self._jobs_dir / f"{job_id}.cancel"
-        await _io(path.write_text, str(at))
+        await _io(write_private, path, str(at).encode())
         self._cancels[job_id] = at
 
     async def cancel_requested(self, job_id: str) -> int | None:
@@ -156,8 +157,8 @@ class FileBatchStore:
         return self._jobs_dir / f"{job_id}.results.jsonl"
 
     def _load(self, repair: bool) -> None:
-        self._files_dir.mkdir(parents=True, exist_ok=True)
-        self._jobs_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self._files_dir)
+        private_dir(self._jobs_dir)
         self._files = _read_all(self._files_dir, FileRecord)
         for record in self._files.values():
             self._files_of.setdefault(record.tenant, set()).add(record.id)
@@ -180,7 +181,7 @@ async def _io(work: Callable[..., T], *args: object) -> T:
 
 def _write_json(path: Path, record: BaseModel) -> None:
     tmp = path.with_suffix(f".tmp.{os.getpid()}")
-    tmp.write_bytes(record.model_dump_json().encode())
+    write_private(tmp, record.model_dump_json().encode())
     os.replace(tmp, path)
 
 

@@ -8,12 +8,43 @@ import time
 from collections.abc import Mapping
 from typing import TextIO
 
-from gateway.settings import AdminSettings, DeclaredKey, Tenant, hash_key
+from gateway.settings import AdminSettings, ConfigError, DeclaredKey, Settings, Tenant, hash_key
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.state import KeyRecord, StateStore
 
 KEY_PREFIX = "sk-gw-"
 ADMIN_KEY_ENV = "GATEWAY_ADMIN_KEY"
+OPERATOR_KEY_ENV = "GATEWAY_OPERATOR_KEY"  # reads /metrics (gateway/tenancy/operators.py)
+
+# The shortest admin or operator key the gateway starts with: one a person made up is
+# guessable, and the keys it makes are 38 characters (`new_key`).
+MIN_KEY_CHARS = 32
+# Keys anyone tries first (one of them shipped in an example configuration once): refused
+# as any key declared in configuration, given by digest or in the environment.
+_GUESSED = (
+    "",
+    "test",
+    "testing",
+    "password",
+    "secret",
+    "admin",
+    "changeme",
+    "change-me",
+    "demo",
+    "example",
+    "key",
+    "apikey",
+    "api-key",
+    "token",
+    "default",
+    "gateway",
+    "letmein",
+    "123456",
+    "12345678",
+    "qwerty",
+    "sk-test",
+)
+GUESSED_DIGESTS = frozenset(hash_key(key) for key in _GUESSED)
 
 
 def new_key() -> str:
@@ -97,3 +128,49 @@ def _declared_hash(
         flush=True,
     )
     return hash_key(key)
+
+
+def refuse_weak_keys(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Raises ConfigError naming every weak key the gateway would start with: an admin or
+    operator key under MIN_KEY_CHARS characters (where the environment gives it, so its
+    length is known), or any configured key whose digest is of a well-known key."""
+    admin = settings.admin
+    problems = [
+        *_weak_declared(admin.keys, "admin.keys", environ, strict=True),
+        *_weak_declared(admin.operator_keys, "admin.operator_keys", environ, strict=True),
+        *(_weak_key(environ.get(name, ""), f"${name}", strict=True) for name in _SERVICE_ENVS),
+    ]
+    for i, tenant in enumerate(settings.tenants):
+        problems += _weak_declared(tenant.keys, f"tenants.{i}.keys", environ, strict=False)
+    found = [problem for problem in problems if problem is not None]
+    if found:
+        raise ConfigError(
+            "refusing to start with weak keys (make one with `gateway keys create` or "
+            "`openssl rand -base64 32`): " + "; ".join(found)
+        )
+
+
+_SERVICE_ENVS = (ADMIN_KEY_ENV, OPERATOR_KEY_ENV)
+
+
+def _weak_declared(
+    declared: list[DeclaredKey], where: str, environ: Mapping[str, str], *, strict: bool
+) -> list[str | None]:
+    found: list[str | None] = []
+    for i, key in enumerate(declared):
+        if key.sha256 is not None and key.sha256 in GUESSED_DIGESTS:
+            found.append(f"{where}.{i}.sha256 is the digest of a well-known key")
+        elif key.env is not None and environ.get(key.env):
+            found.append(_weak_key(environ[key.env], f"{where}.{i} (${key.env})", strict=strict))
+    return found
+
+
+def _weak_key(key: str, where: str, *, strict: bool) -> str | None:
+    """Why `key` is weak, or None; an unset (empty) key is no key at all, and not weak."""
+    if not key:
+        return None
+    if hash_key(key) in GUESSED_DIGESTS:
+        return f"{where} is a well-known key"
+    if strict and len(key) < MIN_KEY_CHARS:
+        return f"{where} has {len(key)} characters, fewer than {MIN_KEY_CHARS}"
+    return None

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.private_files import owner_only, private_dir, write_private
+
 
 @dataclass(frozen=True)
 class KeyRecord:
@@ -70,7 +72,7 @@ class FileStateStore:
         # (inode, mtime, size): each write is a new file, so a change within one mtime tick shows.
         self._stamp: tuple[int, int, int] | None = None
         self._checked_at = 0.0
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         self._reload()
 
     async def get_key(self, key_hash: str) -> KeyRecord | None:
@@ -154,14 +156,13 @@ class FileStateStore:
         keys = {h: asdict(r) for h, r in self._state.keys.items()}
         body = {"keys": keys, "tenants": self._state.tenants}
         tmp = self._path.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
-        os.chmod(tmp, 0o600)
+        write_private(tmp, orjson.dumps(body, option=orjson.OPT_INDENT_2))
         os.replace(tmp, self._path)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._path.with_suffix(".lock"), "a") as lock:
+        private_dir(self._path.parent)
+        with open(self._path.with_suffix(".lock"), "a", opener=owner_only) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield

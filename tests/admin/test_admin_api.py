@@ -22,7 +22,7 @@ from gateway.tenancy.state import FileStateStore
 from tests.conftest import GatewayFactory, hash_of, uncached_config
 from tests.support.processes import Gateway
 
-ADMIN_KEY = "sk-test-admin-7f3a9c1e5b"
+ADMIN_KEY = "sk-test-admin-7f3a9c1e5b0d2f4a6c8e"  # 32 characters at least (weak: refused)
 TEAM_KEY = "sk-test-team-2b8d4f6a0c"
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hello there"}]}
 
