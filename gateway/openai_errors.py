@@ -33,7 +33,7 @@ def json_object(raw: bytes) -> dict[str, Any]:
         raise unparsable(raw, str(exc)) from exc
     if not isinstance(fields, dict):
         raise not_an_object(fields)
-    if _nested_deeper(raw, fields, MAX_JSON_DEPTH):
+    if nested_too_deep(raw, fields):
         raise too_deep()
     return fields
 
@@ -45,7 +45,7 @@ def too_deep() -> BadRequest:
     )
 
 
-def _nested_deeper(raw: bytes, value: dict[str, Any], limit: int) -> bool:
+def nested_too_deep(raw: bytes, value: dict[str, Any], limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether `value` (parsed from `raw`) nests containers more than `limit` levels deep.
     A body with no more brackets than the limit cannot (the usual case, counted in C);
     otherwise the containers are walked a level at a time, without recursion."""

@@ -18,6 +18,7 @@ import orjson
 
 from gateway.batches.errors import InvalidBatchFile
 from gateway.errors import BadRequest
+from gateway.openai_errors import MAX_JSON_DEPTH, nested_too_deep
 from gateway.openai_schema import Kind, parse_request
 
 ENDPOINTS: dict[str, Kind] = {
@@ -100,6 +101,10 @@ def _object(index: int, row: bytes) -> dict[str, Any]:
         raise _wrong(index, f"the line is not valid JSON ({exc}).") from exc
     if not isinstance(fields, dict):
         raise _wrong(index, "the line must be a JSON object.")
+    if nested_too_deep(row, fields):  # the body is written again below: orjson's limit is lower
+        raise _wrong(
+            index, f"the line nests arrays and objects more than {MAX_JSON_DEPTH} levels deep."
+        )
     return fields
 
 

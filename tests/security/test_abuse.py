@@ -268,7 +268,7 @@ def test_connections_past_the_cap_get_503(
         gw.stop()
 
 
-@pytest.mark.parametrize("depth", [200, 5000])
+@pytest.mark.parametrize("depth", [200, 300, 5000])
 def test_json_nested_too_deep_is_a_400(gateway: Gateway, depth: int) -> None:
     nested = b'{"a":' * depth + b"1" + b"}" * depth
     body = orjson.dumps(CHAT)[:-1] + b',"metadata":' + nested + b"}"
@@ -278,6 +278,21 @@ def test_json_nested_too_deep_is_a_400(gateway: Gateway, depth: int) -> None:
     assert error["type"] == "invalid_request_error" and error["code"] == "json_too_deep"
     assert "128 levels" in error["message"]
     assert "Traceback" not in gateway.server.log()
+
+
+def test_a_batch_line_nested_too_deep_is_a_400(gateway: Gateway) -> None:
+    # Deeper than orjson writes (255), within what it reads (1024): the line is written again.
+    nested = b'{"a":' * 300 + b"1" + b"}" * 300
+    body = orjson.dumps(CHAT)[:-1] + b',"metadata":' + nested + b"}"
+    line = b'{"custom_id":"1","method":"POST","url":"/v1/chat/completions","body":' + body + b"}"
+    upload = httpx.post(
+        f"{gateway.base_url}/files",
+        headers={"authorization": f"Bearer {KEY}"},
+        data={"purpose": "batch"},
+        files={"file": ("in.jsonl", line + b"\n", "application/jsonl")},
+    )
+    assert upload.status_code == 400, upload.text
+    assert "128 levels" in error_of(upload)["message"]
 
 
 # ---- 9. secrets stay in the gateway -------------------------------------------------------
