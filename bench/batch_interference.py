@@ -53,6 +53,11 @@ Metrics (JSON lines; requests are interactive ones sent in the window):
 
     python bench/batch_interference.py            # 1,000 lines, about 2.5 minutes
     python bench/batch_interference.py --quick    # 300 lines, under a minute
+    python bench/batch_interference.py --quick --engine vllm   # vLLM's CPU build
+
+`--engine vllm` runs the same phases in front of vLLM's CPU build (`make engine`), with its
+`--long-prefill-token-threshold` the chunk and its bound measured (bench/capacity.py);
+every JSON line says which engine it saw.
 
 Quick windows hold ~80 interactive requests: their p99s are nearly maxima. JSON lines only
 on stdout, progress on stderr. Exits 0 once the figures are printed, whatever they are;
@@ -86,7 +91,18 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from bench.capacity import CHAT_PATH, ENGINE, MODEL, Engine, bound_rps, capacity_view  # noqa: E402
+from bench.capacity import (  # noqa: E402
+    CHAT_PATH,
+    ENGINE,
+    ENGINE_KIND,
+    MODEL,
+    Engine,
+    bound_rps,
+    capacity_view,
+    engine_label,
+    exact_length,
+    prompt_text,
+)
 from bench.capacity_loadgen import (  # noqa: E402
     CapacityLoadGenerator,
     PhaseResult,
@@ -135,6 +151,7 @@ def emit(metric: str, value: float | int | None, unit: str, **parameters: Any) -
     if isinstance(value, float):
         value = None if math.isnan(value) else round(value, 4)
     line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
+    line["engine"] = engine_label()
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
     sys.stdout.flush()
 
@@ -149,16 +166,17 @@ def progress(message: str) -> None:
 # --- pure helpers -------------------------------------------------------------------------
 
 
-def interactive_rate() -> float:
-    return LOAD * CAPACITY_OF_BOUND * bound_rps(ENGINE)
+def interactive_rate(bound: float) -> float:
+    return LOAD * CAPACITY_OF_BOUND * bound
 
 
 def interactive_body() -> str:
     return orjson.dumps(
         {
             "model": MODEL,
-            "messages": [{"role": "user", "content": "w" * (4 * INTERACTIVE_PROMPT)}],
+            "messages": [{"role": "user", "content": prompt_text(INTERACTIVE_PROMPT)}],
             "max_tokens": INTERACTIVE_OUTPUT,
+            **exact_length(),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -169,8 +187,7 @@ def batch_file(lines: int) -> bytes:
     """The job's input: `lines` chat requests of the batch shape, each prompt distinct."""
     out = io.BytesIO()
     for index in range(lines):
-        tag = f"{index:08d} "
-        content = tag + "b" * (4 * BATCH_PROMPT - len(tag))
+        content = prompt_text(BATCH_PROMPT, tag=f"{index:08d} ")
         line = {
             "custom_id": f"line-{index}",
             "method": "POST",
@@ -179,6 +196,7 @@ def batch_file(lines: int) -> bytes:
                 "model": MODEL,
                 "messages": [{"role": "user", "content": content}],
                 "max_tokens": BATCH_OUTPUT,
+                **exact_length(),
             },
         }
         out.write(orjson.dumps(line) + b"\n")
@@ -430,6 +448,7 @@ class Setup:
     rate: float
     prefill_chunk: int  # the engine's --long-prefill-token-threshold (0: off)
     gateway_chunk: int | None  # the backend's prefill_chunk_tokens
+    bound: float  # the engine's steady-state bound for the mix, req/s
 
 
 def unloaded(setup: Setup) -> Window:
@@ -507,7 +526,7 @@ def measure(setup: Setup) -> None:
         "interactive_rate_rps",
         setup.rate,
         "req/s",
-        bound_rps=round(bound_rps(ENGINE), 2),
+        bound_rps=round(setup.bound, 2),
         load=LOAD,
     )
     emit(
@@ -528,6 +547,12 @@ def measure(setup: Setup) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="300 lines, short windows")
+    parser.add_argument(
+        "--engine",
+        choices=("fake", "vllm"),
+        default="fake",
+        help="the fake engine, or vLLM's CPU build from `make engine` (bench/capacity.py)",
+    )
     parser.add_argument("--lines", type=int, help="batch lines (default 1,000; quick 300)")
     parser.add_argument("--rate", type=float, help="interactive req/s (default ~10)")
     parser.add_argument("--batch-concurrency", type=int, default=16, help="batches.concurrency")
@@ -544,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         help="leave the backend's prefill_chunk_tokens unset (one step a dispatch)",
     )
     args = parser.parse_args(argv)
+    ENGINE_KIND["kind"] = args.engine
     plan = QUICK_PLAN if args.quick else FULL_PLAN
     if args.lines:
         plan = Plan(args.lines, plan.start_warm_s, plan.warm_s, plan.measure_s, plan.drain_s)
@@ -562,8 +588,11 @@ def main(argv: list[str] | None = None) -> int:
             config = gateway_config(engine.url, work_dir, args.batch_concurrency, chunk)
             gateway = start_gateway(config, work_dir)
             progress(f"engine {engine.url}, gateway {gateway.url}")
-            rate = args.rate or interactive_rate()
-            measure(Setup(plan, loadgen, engine, gateway, rate, args.prefill_chunk, chunk))
+            # vLLM's bound is measured, the fake's computed (bench/capacity.py).
+            bound = engine.bound_rps(ENGINE) if engine.vllm else bound_rps(ENGINE)
+            rate = args.rate or interactive_rate(bound)
+            setup = Setup(plan, loadgen, engine, gateway, rate, args.prefill_chunk, chunk, bound)
+            measure(setup)
         finally:
             loadgen.stop()
             if gateway is not None:

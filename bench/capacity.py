@@ -376,21 +376,31 @@ def offered(load: float) -> dict[str, float]:
 def body(tenant: str, direct: bool) -> str:
     klass = CLASS_OF[tenant]
     shape = SHAPES[klass]
-    vllm = ENGINE_KIND["kind"] == "vllm"
-    # The fake counts characters / 4; vLLM's (BERT) tokenizer one token per short word.
-    content = " ".join(["word"] * shape.prompt_tokens) if vllm else "w" * (4 * shape.prompt_tokens)
     fields_: dict[str, Any] = {
         "model": MODEL,
-        "messages": [{"role": "user", "content": content}],
+        "messages": [{"role": "user", "content": prompt_text(shape.prompt_tokens)}],
         "max_tokens": shape.max_tokens,
+        **exact_length(),
     }
-    if vllm:  # a random model may end early: exactly max_tokens, as the fake writes
-        fields_["ignore_eos"] = True
     if shape.stream:
         fields_ |= {"stream": True, "stream_options": {"include_usage": True}}
     if direct:  # what the gateway adds with priority_scheduling
         fields_["priority"] = RANK[klass]
     return orjson.dumps(fields_).decode()
+
+
+def prompt_text(tokens: int, tag: str = "") -> str:
+    """A prompt of about `tokens` tokens for the engine measured, starting with `tag`: the
+    fake counts characters / 4; vLLM's (BERT) tokenizer counts one token per short word
+    (and one for a whole run of letters without spaces)."""
+    if ENGINE_KIND["kind"] == "vllm":
+        return tag + " ".join(["word"] * max(1, tokens - len(tag.split())))
+    return tag + "w" * max(0, 4 * tokens - len(tag))
+
+
+def exact_length() -> dict[str, Any]:
+    """vLLM's `ignore_eos`: a random model may end early; the fake always writes max_tokens."""
+    return {"ignore_eos": True} if ENGINE_KIND["kind"] == "vllm" else {}
 
 
 def streams(rates: dict[str, float], direct: bool) -> list[StreamSpec]:
@@ -442,7 +452,11 @@ class Engine:
             # As the fake: every request of a class has the same prompt, which a prefix cache
             # would serve without a prefill.
             python = engine_python()
-            command = command_line(python, model, port, name=MODEL, prefix_caching=False)
+            chunk = params.long_prefill_token_threshold
+            extra = ["--long-prefill-token-threshold", str(chunk)] if chunk else []
+            command = command_line(
+                python, model, port, name=MODEL, prefix_caching=False, extra=extra
+            )
             server = ServerProcess(command, self.url + "/health", log, env=environment())
             self.server = server.start(timeout_s=400)
         else:
