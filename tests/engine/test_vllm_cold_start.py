@@ -1,0 +1,128 @@
+"""Scale to zero with the real engine: the gateway starts vLLM's CPU build itself (a real
+start of about a minute), holds a streamed request with keep-alives meanwhile and then
+answers it, says where the start went (from vLLM's own log), and refuses at once a request
+whose deadline is shorter than what a start takes, with `Retry-After`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from backends.local_vllm import command_line, engine_python, environment
+from backends.vllm_startup import phases
+from backends.worker.tiny_model import VLLM, write_tiny_chat_model
+from tests.conftest import GatewayFactory, hash_of
+from tests.engine.conftest import INTERACTIVE_KEY, MODEL, OPERATOR_KEY
+from tests.support.processes import Gateway
+
+pytestmark = pytest.mark.timeout(600)
+HEADERS = {"authorization": f"Bearer {INTERACTIVE_KEY}"}
+STARTS = 'gateway_cold_starts_total{backend="vllm-on-demand"}'
+READY = 'gateway_backend_ready_replicas{backend="vllm-on-demand"}'
+
+
+def on_demand(model: Path) -> dict[str, Any]:
+    engine_env = environment({})
+    return {
+        "name": "vllm-on-demand",
+        "kind": "process",
+        "command": command_line(engine_python(), model, "{port}", name=MODEL),
+        "env": engine_env,
+        "ready_path": "/health",
+        "models": [MODEL],
+        "engine": "vllm",
+        "priority_scheduling": True,
+        "scaling": {
+            "min_replicas": 0,
+            "max_replicas": 1,
+            "idle_s": 0.5,
+            "last_replica_idle_s": 1.0,
+            "stable_window_s": 1.0,
+            "ready_timeout_s": 400,
+        },
+    }
+
+
+def metric(gateway: Gateway, name: str) -> float:
+    headers = {"authorization": f"Bearer {OPERATOR_KEY}"}
+    for line in httpx.get(gateway.url + "/metrics", headers=headers).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_request_at_zero_is_held_through_a_real_vllm_start_and_answered(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    model = write_tiny_chat_model(tmp_path / "tiny-vllm", shape=VLLM)
+    config = {
+        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
+        "cache": {"enabled": False},
+        "backends": [on_demand(model)],
+        "tenants": [{"name": "t", "keys": [{"sha256": hash_of(INTERACTIVE_KEY)}]}],
+    }
+    gateway = gateway_factory(config, {"GATEWAY_OPERATOR_KEY": OPERATOR_KEY})
+    assert metric(gateway, READY) == 0
+    launched = time.time()
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 4, "stream": True}
+    gaps: list[float] = []
+    with httpx.stream(
+        "POST", gateway.base_url + "/completions", json=body, headers=HEADERS, timeout=400
+    ) as answer:
+        assert answer.status_code == 200
+        cold_start_ms = answer.headers.get("x-cold-start-ms")
+        last = time.monotonic()
+        events = []
+        for line in answer.iter_lines():
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+            events.append(line)
+    held_s = time.time() - launched
+    assert held_s > 10, "the engine cannot have started this fast: no real start was seen"
+    assert max(gaps) < 16, gaps  # keep-alives kept the stream alive through the start
+    assert any(line.startswith(":") for line in events)  # SSE comments: the keep-alives
+    assert events[-2:] == ["data: [DONE]", ""] or "data: [DONE]" in events
+    assert cold_start_ms is None or int(cold_start_ms) > 0
+    assert metric(gateway, STARTS) == 1
+    start = phases(gateway.server.log(), launched)
+    assert {"imports_and_processes", "weights", "compile_and_warmup"} <= set(start), start
+    assert start["weights"] < 5  # the weights are not what takes a real start its minute
+
+    _until(lambda: metric(gateway, READY) == 0, 60)  # idle: back to zero
+    trigger = threading.Thread(target=_send, args=(gateway, {"x-request-timeout": "300"}))
+    trigger.start()
+    _until(lambda: metric(gateway, STARTS) == 2, 30)
+    sent = time.monotonic()
+    refused = httpx.post(
+        gateway.base_url + "/completions",
+        json={"model": MODEL, "prompt": "x", "max_tokens": 1},
+        headers={**HEADERS, "x-request-timeout": "3"},
+        timeout=30,
+    )
+    assert time.monotonic() - sent < 1.0
+    assert refused.status_code in (429, 503), refused.text
+    assert int(refused.headers["retry-after"]) >= 5  # what the first start took, about
+    assert refused.json()["error"]["message"]
+    trigger.join(timeout=400)
+
+
+def _send(gateway: Gateway, headers: dict[str, str]) -> None:
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+    httpx.post(
+        gateway.base_url + "/completions", json=body, headers={**HEADERS, **headers}, timeout=400
+    )
+
+
+def _until(check: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"not within {timeout_s} s")
