@@ -118,6 +118,7 @@ from bench import cold_start_asleep as asleep  # noqa: E402
 from bench import cold_start_files as files  # noqa: E402
 from bench import cold_start_held as held  # noqa: E402
 from bench import cold_start_s3 as s3  # noqa: E402
+from bench import cold_start_vllm  # noqa: E402
 from tests.support.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
 from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
 from warmpool.layout import safe_name  # noqa: E402
@@ -197,7 +198,9 @@ class Result:
 
 
 def emit(metric: str, value: float, unit: str, **params: Any) -> None:
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **params}
+    # "fake": the bundled worker and the fake engine (asleep), not the real vLLM.
+    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, "engine": "fake"}
+    line |= params
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
     sys.stdout.flush()
 
@@ -836,6 +839,13 @@ def main(argv: list[str] | None = None) -> int:
         "--model-dir", type=Path, help="write (or reuse) the synthetic model here; kept after"
     )
     parser.add_argument("--tmp", type=Path, default=None, help="parent of the work folder")
+    parser.add_argument(
+        "--engine",
+        choices=("fake", "vllm"),
+        default="fake",
+        help="fake: the bundled worker's starts from S3 and the fake engine's sleep; vllm: "
+        "a real vLLM start through the gateway against vLLM alone (bench/cold_start_vllm.py)",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     overrides = {
@@ -849,6 +859,8 @@ def main(argv: list[str] | None = None) -> int:
     parent = args.tmp.resolve() if args.tmp else None
     work_dir = Path(tempfile.mkdtemp(prefix="bench-cold-start-", dir=parent))
     try:
+        if args.engine == "vllm":
+            return cold_start_vllm.run(work_dir, emit, progress)
         return run(plan, work_dir, args.model_dir, args)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -81,7 +81,8 @@ class Refusal:
 
 
 def emit(metric: str, value: float, unit: str, **params: Any) -> None:
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **params}
+    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, "engine": "fake"}
+    line |= params
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
     sys.stdout.flush()
 
