@@ -85,6 +85,14 @@ def openapi_document() -> dict[str, Any]:
                     "description": "A tenant's API key.",
                 },
                 "adminKey": {"type": "http", "scheme": "bearer", "description": "An admin key."},
+                "operatorKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": (
+                        "An operator key (admin.operator_keys or $GATEWAY_OPERATOR_KEY), as a "
+                        "Prometheus scraper holds, or an admin key."
+                    ),
+                },
             },
         },
     }
@@ -380,12 +388,14 @@ def _name_pattern() -> str:
 
 
 def _operational_paths() -> dict[str, Any]:
-    def get(summary: str, responses: dict[str, Any]) -> dict[str, Any]:
+    def get(
+        summary: str, responses: dict[str, Any], security: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         return {
             "get": {
                 "summary": summary,
                 "tags": ["operations"],
-                "security": [],
+                "security": security or [],
                 "responses": responses,
             }
         }
@@ -398,20 +408,27 @@ def _operational_paths() -> dict[str, Any]:
     return {
         "/healthz": get("The process is alive", _ok(status, "Alive.")),
         "/readyz": get(
-            "Ready to serve",
+            "Ready to serve: the status to anyone; with an operator key, the checks too "
+            "(backends, replica URLs, learned capacity, state)",
             {
                 "200": {"description": "Ready.", "content": {_JSON: {"schema": status}}},
                 "503": {"description": "Not ready.", "content": {_JSON: {"schema": status}}},
             },
+            [{}, {"operatorKey": []}],
         ),
         "/metrics": get(
-            "Prometheus metrics",
+            "Prometheus metrics (every tenant's traffic by name: an operator key only)",
             {
                 "200": {
                     "description": "Exposition format.",
                     "content": {"text/plain": {"schema": {"type": "string"}}},
-                }
+                },
+                "401": {
+                    **_errors(401)["401"],
+                    "description": "No operator key or admin key (code operator_key_required).",
+                },
             },
+            [{"operatorKey": []}],
         ),
         "/openapi.json": get(
             "This document",

@@ -11,13 +11,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
-from starlette.types import ASGIApp
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.accesslog import configure_logging
 from gateway.body import BODY_RECEIVED
 from gateway.disconnect import SERVER_CANCELS, cancel_on_disconnect
-from gateway.errors import error_body
+from gateway.errors import error_body, request_id
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -215,6 +216,13 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
 
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # Past `limits.max_connections` uvicorn answers with its own plain-text 503: the
+        # API's error JSON instead.
+        if app is service_unavailable:
+            app = _too_many_connections
+        super()._start_asgi_task(cycle, app)
+
     def _mark(self, flag: str) -> None:
         """Sets `flag` in the scope of the request being parsed, for the app to read."""
         if self.cycle is not None:
@@ -247,6 +255,28 @@ _HEAD_TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
     b"content-length: %d\r\nconnection: close\r\n\r\n"
 )
+
+
+_TOO_MANY_CONNECTIONS = error_body(
+    "The gateway has as many connections open as it serves (limits.max_connections); "
+    "try again shortly.",
+    "service_unavailable",
+    None,
+    "too_many_connections",
+)
+
+
+async def _too_many_connections(scope: Scope, receive: Receive, send: Send) -> None:
+    """uvicorn's 503 at its concurrency limit, in the API's error JSON."""
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(_TOO_MANY_CONNECTIONS)),
+        (b"retry-after", b"1"),
+        (b"x-request-id", request_id().encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": _TOO_MANY_CONNECTIONS})
 
 
 def _exit_after_drain(signum: int, frame: FrameType | None) -> None:

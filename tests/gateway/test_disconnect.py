@@ -16,8 +16,9 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.config_file import parse_settings
+from gateway.tenancy.operators import OPERATOR_KEY_ENV
 from tests.conftest import fake_backend
-from tests.support.processes import OPERATOR, free_port, start_fake_upstream
+from tests.support.processes import OPERATOR, OPERATOR_KEY, free_port, start_fake_upstream
 
 KEY = "sk-test-plain-uvicorn-0123456789"
 
@@ -40,9 +41,9 @@ async def test_a_client_that_leaves_is_cancelled_under_another_server(
     }
     settings = parse_settings(orjson.dumps(config).decode(), "test.yaml", {})
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, {}), port=port, log_level="warning", lifespan="on")
-    )
+    # In process, the app reads no environment: it is given the test operator key.
+    app = create_app(settings, {OPERATOR_KEY_ENV: OPERATOR_KEY})
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning", lifespan="on"))
     serving = asyncio.create_task(server.serve())
     base = f"http://127.0.0.1:{port}"
     try:

@@ -5,7 +5,8 @@ finding of the review, and failed on the code it was found in.
 - a flood of random keys does not push the known keys out of the key cache;
 - nothing shipped holds a usable key, and weak admin keys stop the gateway at start;
 - request line and headers are limited as they arrive, before authentication (431);
-- connections past the cap are answered 503;
+- a large body never counts against the header limit;
+- connections past the cap are answered 503, in the API's error JSON;
 - JSON nested too deep is a 400 in the API's words, never a 500;
 - model servers the gateway starts inherit none of its secrets;
 - files the gateway writes are its user's alone;
@@ -239,6 +240,43 @@ def test_headers_under_the_limit_reach_authentication(gateway: Gateway) -> None:
     assert answer.status_code == 401
 
 
+def test_a_large_body_never_counts_against_the_header_limit(gateway: Gateway) -> None:
+    # The head first, then a body larger than the header limit in one write (it arrives in
+    # reads apart from the head), twice on one connection: both reach the app.
+    big = {**CHAT, "model": "echo", "messages": [{"role": "user", "content": "x" * 200_000}]}
+    body = orjson.dumps(big)
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
+        b"authorization: Bearer %s\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % (KEY.encode(), len(body))
+    )
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=15) as sock:
+        for _ in range(2):
+            sock.sendall(head)
+            time.sleep(0.2)  # the head is read on its own
+            sock.sendall(body)
+            status, payload = _read_answer(sock)
+            assert status == b"HTTP/1.1 200 OK", payload[:300]
+            assert orjson.loads(payload)["object"] == "chat.completion"
+
+
+def _read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The status line and body of one answer with a content-length, read from `sock`."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        data = sock.recv(65536)
+        assert data, f"connection closed after {answer[:200]!r}"
+        answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?i)content-length: *(\d+)", head)
+    assert length is not None, head
+    while len(body) < int(length.group(1)):
+        data = sock.recv(65536)
+        assert data, "connection closed mid-answer"
+        body += data
+    return head.split(b"\r\n", 1)[0], body
+
+
 def test_connections_past_the_cap_get_503(
     fake_upstream: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -258,7 +296,14 @@ def test_connections_past_the_cap_get_503(
             assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as extra:
             extra.sendall(probe)
-            assert extra.recv(65536).startswith(b"HTTP/1.1 503 ")
+            answer = b""
+            while data := extra.recv(65536):  # connection: close ends it
+                answer += data
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 "), answer[:200]
+        assert b"content-type: application/json" in head.lower()
+        error = orjson.loads(body)["error"]
+        assert error["type"] == "service_unavailable" and error["code"] == "too_many_connections"
         held.pop().close()
         time.sleep(0.3)  # the gateway sees the connection go
         assert httpx.get(f"{gw.url}/healthz").status_code == 200
