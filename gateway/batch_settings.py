@@ -18,6 +18,9 @@ class BatchFiles(Strict):
 
     store: Literal["local", "s3"] = "local"
     path: Path | None = None  # local: None is `files/` next to the state file
+    # local: `path` is one folder every replica mounts (a shared volume). Replicas that
+    # share a Redis state refuse to start with local files unless it is (blobs.py).
+    shared: bool = False
     bucket: str | None = None  # s3: required
     prefix: str = "gateway-files/"  # s3: object keys are PREFIX + file id
     s3: S3Settings = S3Settings()
@@ -26,6 +29,8 @@ class BatchFiles(Strict):
     def _bucket_for_s3(self) -> BatchFiles:
         if self.store == "s3" and not self.bucket:
             raise ValueError("store: s3 needs bucket")
+        if self.shared and (self.store != "local" or self.path is None):
+            raise ValueError("shared: true needs store: local and path (the shared folder)")
         return self
 
 

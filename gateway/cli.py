@@ -203,16 +203,21 @@ def _write(text: str, output: str | None) -> None:
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.batches.blobs import refuse_unshared_blobs
     from gateway.server import serve
     from gateway.tenancy.keys import refuse_weak_keys
 
     refuse_weak_keys(settings, os.environ)  # before anything listens
+    refuse_unshared_blobs(settings)
     host = args.host or settings.listen.host
     port = args.port if args.port is not None else int(os.environ.get("PORT", settings.listen.port))
     return serve(settings, host, port, str(args.config))
 
 
 def _check(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.batches.blobs import refuse_unshared_blobs
+
+    refuse_unshared_blobs(settings)
     models = ", ".join(settings.model_names())
     print(
         f"{args.config}: ok ({len(settings.backends)} backends: {models}; "

@@ -519,10 +519,14 @@ def _health(settings: Settings, pools: dict[str, Pool]) -> BackendHealth:
 def build_quotas(
     settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
 ) -> QuotaEnforcer:
+    lease_s = settings.state.quota_lease_s
     if settings.state.url == "memory":
-        return LocalQuotas()
+        return LocalQuotas(lease_ttl_s=lease_s)
     quotas = RedisQuotas(
-        settings.state.url, settings.state.prefix, on_fallback=metrics.quota_fallback
+        settings.state.url,
+        settings.state.prefix,
+        lease_ttl_s=lease_s,
+        on_fallback=metrics.quota_fallback,
     )
     stack.push_async_callback(quotas.close)
     tasks.start_soon(quotas.run)

@@ -53,6 +53,10 @@ class StateSettings(Strict):
     url: str = "memory"
     path: Path = Path(".gateway/state.json")
     prefix: Name = "gw"
+    # How long a request's quota reservation holds its concurrency slot without a settle
+    # (a crashed replica's requests free theirs after it). A request that outlives it is
+    # still settled by its reservation, up to a day later (gateway/tenancy/quotas.py).
+    quota_lease_s: float = Field(default=600.0, gt=0)
 
     @field_validator("url")
     @classmethod

@@ -16,7 +16,7 @@ import anyio.to_thread
 
 from gateway.batches.errors import BlobMissing, BlobStoreError
 from gateway.private_files import private_dir, write_private
-from gateway.settings import Settings
+from gateway.settings import ConfigError, Settings
 
 T = TypeVar("T")
 
@@ -73,3 +73,21 @@ async def open_blobs(settings: Settings) -> BlobStore:
 
         return await S3BlobStore.open(files)
     return LocalBlobStore(files.path or Path(settings.state.path).parent / "files")
+
+
+def refuse_unshared_blobs(settings: Settings) -> None:
+    """Raises ConfigError when replicas would share job records (a Redis state) but keep
+    batch files on their own disks: a job claimed by another replica than the one its input
+    was uploaded to would fail `file_not_found`, and outputs would answer 503 elsewhere."""
+    files = settings.batches.files
+    if settings.state.url == "memory" or not settings.batches.enabled:
+        return
+    if files.store == "s3" or files.shared:
+        return
+    raise ConfigError(
+        "batches.files: batch files on this replica's local disk (store: local) while job "
+        "records are shared in Redis (state.url): a job claimed by another replica would "
+        "not find its input. Set batches.files.store: s3 with a bucket, or a folder every "
+        "replica mounts as batches.files.path with batches.files.shared: true, or "
+        "batches.enabled: false"
+    )

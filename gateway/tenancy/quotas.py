@@ -35,6 +35,10 @@ DAY_S = 86_400.0
 # No clock says when a concurrency slot frees up: suggest a short wait.
 CONCURRENCY_RETRY_S = 1.0
 DEFAULT_LEASE_TTL_S = 600.0
+# A lease past its TTL no longer holds a concurrency slot (a crashed replica's requests
+# free theirs), but it is kept this much longer so that the request that outlived it is
+# still settled, exactly once, by its reservation: tokens are charged what it used.
+SETTLE_GRACE_S = 86_400.0
 # Float slack when comparing a bucket's fill with its period.
 _EPS_S = 1e-6
 
@@ -310,7 +314,8 @@ def refused(reason: str, wait_s: float | None, headers: dict[str, str]) -> Admis
 class _TenantState:
     requests_tat: float = 0.0
     tokens_tat: float = 0.0
-    leases: dict[str, float] = field(default_factory=dict)  # lease id -> expiry (monotonic)
+    # lease id -> expiry (monotonic); kept SETTLE_GRACE_S past it, counted only until it
+    leases: dict[str, float] = field(default_factory=dict)
     day: int = -1
     day_used: int = 0
     month: int = -1
@@ -341,12 +346,12 @@ class LocalQuotas:
     def admit_now(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission:
         now, cal = self._monotonic(), calendar(self._wall())
         state = self._tenants.setdefault(tenant, _TenantState())
-        state.leases = {k: t for k, t in state.leases.items() if t > now}
+        state.leases = {k: t for k, t in state.leases.items() if t + SETTLE_GRACE_S > now}
         _roll(state, cal)
         rpm, tpm, _ = limits.rates()
         req = None if rpm is None else gcra_step(state.requests_tat, now, 1, rpm)
         tok = None if tpm is None else gcra_step(state.tokens_tat, now, reserve_tokens, tpm)
-        usage = QuotaUsage(len(state.leases), state.day_used, state.month_used)
+        usage = QuotaUsage(_live(state, now), state.day_used, state.month_used)
         refusal = worst(refusals(limits, reserve_tokens, req, tok, usage, cal))
         if refusal is not None:
             return refused(*refusal, rate_headers(*views(req, tok, False), refusal[1]))
@@ -362,7 +367,7 @@ class LocalQuotas:
     def settle_now(self, reservation: Reservation, used_tokens: int) -> None:
         state = self._tenants.get(reservation.tenant)
         if state is None or state.leases.pop(reservation.lease_id, None) is None:
-            return  # settled already, or the lease expired
+            return  # settled already (or a day past its lease's expiry)
         delta = used_tokens - reservation.tokens
         tpm = reservation.limits.tokens_per_minute
         if tpm is not None:
@@ -379,14 +384,19 @@ class LocalQuotas:
         return Standing(
             max(0.0, state.requests_tat - now),
             max(0.0, state.tokens_tat - now),
-            sum(1 for expiry in state.leases.values() if expiry > now),
+            _live(state, now),
             state.day_used if state.day == cal.day else 0,
             state.month_used if state.month == cal.month else 0,
         )
 
     def in_flight(self, tenant: str) -> int:
         state = self._tenants.get(tenant)
-        return 0 if state is None else len(state.leases)
+        return 0 if state is None else _live(state, self._monotonic())
+
+
+def _live(state: _TenantState, now: float) -> int:
+    """Requests in flight: leases not yet past their TTL."""
+    return sum(1 for expiry in state.leases.values() if expiry > now)
 
 
 def _roll(state: _TenantState, cal: Calendar) -> None:

@@ -12,14 +12,17 @@ per request; a sliding-window counter approximates and cannot refund exactly.
 One script admits a request: it reads Redis's clock (`TIME`; replicas' clocks never
 matter), checks every bucket of the tenant (requests and tokens per minute, concurrency,
 budgets per day and month) and consumes all of them or none. A second script settles:
-it releases the concurrency lease and, only if the lease was still held (so settling twice
-is harmless), refunds the unused tokens or charges the excess.
+it releases the concurrency lease and, only if the lease was still there (so settling twice
+is harmless), refunds the unused tokens or charges the excess. A lease past its TTL no
+longer counts as in flight but stays in the set for SETTLE_GRACE_S more, so that a request
+that outlived it (a long stream) is still settled by its reservation, exactly once.
 
 Keys, all under the tenant's hash tag so a Redis Cluster keeps them on one slot:
 
     {prefix:tenant}:rpm      string  TAT of the requests bucket (µs), expires at the TAT
     {prefix:tenant}:tpm      string  TAT of the tokens bucket (µs), expires at the TAT
     {prefix:tenant}:leases   zset    lease id -> expiry (µs); the tenant's requests in flight
+                                     (those not yet expired), and the expired yet unsettled
     {prefix:tenant}:budget   hash    d, du, m, mu: UTC day and month ids and tokens used in each
     {prefix}:replicas        zset    replica id -> last heartbeat (ms), for the live count
 
@@ -55,6 +58,7 @@ from redis.exceptions import RedisError
 from gateway.tenancy.quotas import (
     DEFAULT_LEASE_TTL_S,
     REASONS,
+    SETTLE_GRACE_S,
     STATE_UNAVAILABLE,
     Admission,
     LocalQuotas,
@@ -143,7 +147,8 @@ end
 
 local req = gcra(KEYS[1], tonumber(ARGV[1]), 1)
 local tok = gcra(KEYS[2], tonumber(ARGV[2]), cost)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+-- Leases past their TTL free their slot but stay a grace period, to be settled.
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[9]))
 local max_conc = tonumber(ARGV[3])
 local day = math.floor(now / DAY)
 local y, m = civil(day)
@@ -155,7 +160,8 @@ local month_used = (tonumber(b[3]) == month) and tonumber(b[4]) or 0
 
 local waits = {
   req.wait, tok.wait,
-  (max_conc > 0 and redis.call('ZCARD', KEYS[3]) >= max_conc) and CONCURRENCY_RETRY or nil,
+  (max_conc > 0 and redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf') >= max_conc)
+    and CONCURRENCY_RETRY or nil,
   budget(day_used, tonumber(ARGV[4]), (day + 1) * DAY),
   budget(month_used, tonumber(ARGV[5]), month_end * DAY),
 }
@@ -171,7 +177,7 @@ if reason == 0 then
   if tonumber(ARGV[2]) > 0 and cost > 0 then save_tat(KEYS[2], tok.tat) end
   local ttl = tonumber(ARGV[8])
   redis.call('ZADD', KEYS[3], now + ttl, ARGV[7])
-  redis.call('PEXPIRE', KEYS[3], math.ceil(ttl / 1000))
+  redis.call('PEXPIRE', KEYS[3], math.ceil((ttl + tonumber(ARGV[9])) / 1000))
   if tonumber(ARGV[4]) > 0 or tonumber(ARGV[5]) > 0 then
     redis.call('HSET', KEYS[4], 'd', day, 'du', day_used + cost,
       'm', month, 'mu', month_used + cost)
@@ -352,7 +358,8 @@ class RedisQuotas:
         lease = uuid.uuid4().hex
         args = [_n(v) for v in (*limits.rates(), *limits.budgets())]
         raw = await self._admit(
-            tenant_keys(self._prefix, tenant), [*args, cost, lease, self._lease_ttl_us]
+            tenant_keys(self._prefix, tenant),
+            [*args, cost, lease, self._lease_ttl_us, round(SETTLE_GRACE_S * 1_000_000)],
         )
         reason, wait_us, req_left, req_reset, tok_left, tok_reset, day, month = (
             int(v) for v in raw

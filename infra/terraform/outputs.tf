@@ -19,8 +19,23 @@ output "weights_kms_key_arn" {
 }
 
 output "weights_reader_role_arn" {
-  description = "IRSA role for the eks.amazonaws.com/role-arn annotation of the gateway and model-weights ServiceAccounts."
+  description = "IRSA role for the eks.amazonaws.com/role-arn annotation of the model-weights ServiceAccount."
   value       = aws_iam_role.weights_reader.arn
+}
+
+output "batch_files_bucket" {
+  description = "S3 bucket of batch files: batches.files.bucket in the gateway's configuration."
+  value       = aws_s3_bucket.batch_files.bucket
+}
+
+output "batch_files_prefix" {
+  description = "Key prefix of batch files: batches.files.prefix in the gateway's configuration."
+  value       = var.batch_files_prefix
+}
+
+output "gateway_role_arn" {
+  description = "IRSA role for the eks.amazonaws.com/role-arn annotation of the gateway ServiceAccount (batch files)."
+  value       = aws_iam_role.gateway.arn
 }
 
 output "redis_primary_endpoint" {

@@ -82,9 +82,34 @@ variable "k8s_namespace" {
 }
 
 variable "k8s_service_accounts" {
-  description = "ServiceAccounts that may assume the weights-reader role: the stager/worker's and the gateway's."
+  description = "ServiceAccounts that may assume the weights-reader role: the stager/worker's."
   type        = list(string)
-  default     = ["model-weights", "gateway"]
+  default     = ["model-weights"]
+}
+
+variable "gateway_service_account" {
+  description = "The gateway's ServiceAccount: the only one that may assume the gateway role (batch files)."
+  type        = string
+  default     = "gateway"
+}
+
+# ---- batch files bucket -----------------------------------------------------------------
+
+variable "batch_files_bucket_name" {
+  description = "Name of the S3 bucket for batch files (batches.files.bucket). Null: \"<name>-batch-files-<account id>\"."
+  type        = string
+  default     = null
+}
+
+variable "batch_files_prefix" {
+  description = "Key prefix of batch files (batches.files.prefix); the only part of the bucket the gateway may touch."
+  type        = string
+  default     = "batch-files/"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9!_.*'()-][A-Za-z0-9!_.*'()/-]*/$", var.batch_files_prefix))
+    error_message = "A non-empty key prefix ending with \"/\", without a leading \"/\"."
+  }
 }
 
 # ---- Redis (ElastiCache) ----------------------------------------------------------------

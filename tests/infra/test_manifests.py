@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from gateway.batches.blobs import refuse_unshared_blobs
 from gateway.config_file import parse_settings
 from gateway.settings import Settings
 from tests.infra.manifests import (
@@ -409,6 +410,25 @@ def test_gateway_config_is_valid_and_points_at_services(path: Path) -> None:
         address = urlsplit(backend.base_url)
         assert address.hostname in services, f"{backend.name}: no Service {address.hostname}"
         assert address.port in services[address.hostname], backend.base_url
+
+
+@pytest.mark.parametrize("path", _config_files(), ids=_rel)
+def test_replicas_share_batch_files_or_run_no_batches(path: Path) -> None:
+    # What `gateway serve` checks before it listens: with job records in Redis, batch files
+    # on each pod's own disk would be lost to the replica that claims a job (#37).
+    config = _config(path)
+    refuse_unshared_blobs(config)
+    if "prod" in path.parts[-2] or path.parent.name == "base":
+        files = config.batches.files
+        assert config.batches.enabled and files.store == "s3" and files.bucket
+        assert files.s3.access_key_id is None, "IRSA (the gateway role), not static keys"
+
+
+def test_the_gateway_role_is_its_own_and_not_the_weights_reader() -> None:
+    prod = load_docs(K8S / "overlays" / "prod" / "serviceaccounts-irsa.yaml")
+    roles = {doc["metadata"]["name"]: doc["metadata"]["annotations"] for doc in prod}
+    assert roles["gateway"]["eks.amazonaws.com/role-arn"].endswith("-gateway")
+    assert roles["model-weights"]["eks.amazonaws.com/role-arn"].endswith("-weights-reader")
 
 
 def _strings(node: object) -> list[str]:

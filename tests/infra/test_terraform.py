@@ -45,11 +45,26 @@ def _resource(resource_type: str) -> Block:
 
 
 def _bucket_ref(block: Block) -> str:
-    (bucket,) = _of("resource", "aws_s3_bucket")
-    ref = f"aws_s3_bucket.{bucket.labels[1]}."
     value = block.get("bucket") or ""
-    assert value.startswith(ref), f"{block.labels}: bucket = {value}"
+    names = [bucket.labels[1] for bucket in _of("resource", "aws_s3_bucket")]
+    assert any(value.startswith(f"aws_s3_bucket.{name}.") for name in names), (
+        f"{block.labels}: bucket = {value}"
+    )
     return value
+
+
+BUCKETS = ("weights", "batch_files")
+
+
+def _of_bucket(resource_type: str, bucket: str) -> Block:
+    """The `resource_type` resource of the bucket named `bucket`."""
+    found = [
+        b
+        for b in _of("resource", resource_type)
+        if _bucket_ref(b).startswith(f"aws_s3_bucket.{bucket}.")
+    ]
+    assert len(found) == 1, f"{resource_type} of {bucket}: {len(found)}"
+    return found[0]
 
 
 def test_the_expected_files_exist() -> None:
@@ -126,9 +141,13 @@ def test_no_hard_coded_secrets() -> None:
 # ---- the weights bucket -----------------------------------------------------------------
 
 
-def test_bucket_blocks_all_public_access() -> None:
-    block = _resource("aws_s3_bucket_public_access_block")
-    _bucket_ref(block)
+def test_every_bucket_is_one_the_tests_know() -> None:
+    assert sorted(b.labels[1] for b in _of("resource", "aws_s3_bucket")) == sorted(BUCKETS)
+
+
+@pytest.mark.parametrize("bucket", BUCKETS)
+def test_bucket_blocks_all_public_access(bucket: str) -> None:
+    block = _of_bucket("aws_s3_bucket_public_access_block", bucket)
     for flag in (
         "block_public_acls",
         "block_public_policy",
@@ -138,9 +157,9 @@ def test_bucket_blocks_all_public_access() -> None:
         assert block.get(flag) == "true", flag
 
 
-def test_bucket_is_encrypted_and_versioned() -> None:
-    encryption = _resource("aws_s3_bucket_server_side_encryption_configuration")
-    _bucket_ref(encryption)
+@pytest.mark.parametrize("bucket", BUCKETS)
+def test_bucket_is_encrypted_with_a_rotated_key(bucket: str) -> None:
+    encryption = _of_bucket("aws_s3_bucket_server_side_encryption_configuration", bucket)
     default = encryption.block("rule").block("apply_server_side_encryption_by_default")
     assert default.get("sse_algorithm") in ('"aws:kms"', '"aws:kms:dsse"', '"AES256"')
     if "kms" in (default.get("sse_algorithm") or ""):
@@ -150,13 +169,21 @@ def test_bucket_is_encrypted_and_versioned() -> None:
             _one("resource", "aws_kms_key", key_ref.split(".")[1]).get("enable_key_rotation")
             == "true"
         )
-    versioning = _resource("aws_s3_bucket_versioning")
-    _bucket_ref(versioning)
+
+
+def test_weights_are_versioned_and_deleted_batch_files_are_gone() -> None:
+    versioning = _of_bucket("aws_s3_bucket_versioning", "weights")
     assert versioning.block("versioning_configuration").get("status") == '"Enabled"'
+    # A deleted batch file (its tenant's, expired, or with its tenant) keeps no version.
+    assert all(
+        not _bucket_ref(b).startswith("aws_s3_bucket.batch_files.")
+        for b in _of("resource", "aws_s3_bucket_versioning")
+    )
 
 
-def test_bucket_refuses_plain_http() -> None:
-    policy = _one("data", "aws_iam_policy_document", "weights_bucket")
+@pytest.mark.parametrize("document", ["weights_bucket", "batch_files_bucket"])
+def test_bucket_refuses_plain_http(document: str) -> None:
+    policy = _one("data", "aws_iam_policy_document", document)
     (statement,) = policy.blocks("statement")
     assert statement.get("effect") == '"Deny"'
     condition = statement.block("condition")
@@ -223,6 +250,38 @@ def test_irsa_role_trusts_only_named_service_accounts() -> None:
     assert sub.get("test") == '"StringEquals"'
     assert "system:serviceaccount:${var.k8s_namespace}:" in (sub.get("values") or "")
     assert any(v and v.endswith(':aud"') for v in conditions)
+
+
+def test_gateway_role_touches_only_the_batch_files_prefix() -> None:
+    statements = _statements("gateway")
+    actions = {a for s in statements for a in string_list(s.get("actions") or "")}
+    assert actions == {
+        "s3:GetObject",
+        "s3:PutObject",
+        "s3:DeleteObject",
+        "kms:Decrypt",
+        "kms:GenerateDataKey",
+    }
+    for statement in statements:
+        assert statement.get("effect") == '"Allow"'
+        resources = statement.get("resources") or ""
+        assert '"*"' not in resources and "weights" not in resources
+        if "s3:PutObject" in (statement.get("actions") or ""):
+            assert "aws_s3_bucket.batch_files.arn" in resources
+            assert "var.batch_files_prefix" in resources
+        else:
+            assert resources == "[aws_kms_key.batch_files.arn]"
+            assert statement.block("condition").get("variable") == '"kms:ViaService"'
+
+
+def test_gateway_role_trusts_only_the_gateway_service_account() -> None:
+    (statement,) = _statements("gateway_trust")
+    assert string_list(statement.get("actions") or "") == ["sts:AssumeRoleWithWebIdentity"]
+    conditions = {c.get("variable"): c for c in statement.blocks("condition")}
+    sub = next(c for v, c in conditions.items() if v and v.endswith(':sub"'))
+    assert sub.get("test") == '"StringEquals"'
+    values = sub.get("values") or ""
+    assert "${var.k8s_namespace}:${var.gateway_service_account}" in values
 
 
 # ---- GPU node group ---------------------------------------------------------------------

@@ -109,7 +109,7 @@ def start_gateway(
 ) -> Gateway:
     port = free_port()
     config_path = work_dir / f"gateway-{port}.yaml"
-    config_path.write_text(yaml.safe_dump(config))
+    config_path.write_text(yaml.safe_dump(with_shared_batch_files(config, work_dir)))
     server = ServerProcess(
         [
             sys.executable,
@@ -126,6 +126,21 @@ def start_gateway(
         env={"GATEWAY_OPERATOR_KEY": OPERATOR_KEY, **(env or {})},
     ).start(timeout_s)
     return Gateway(server, port, config_path)
+
+
+def with_shared_batch_files(config: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+    """`config`, where it shares a Redis state and says nothing of batch files, with them
+    in one folder of `work_dir` marked shared: the gateways a test starts run on this one
+    machine, so that folder is one every replica sees (a gateway refuses to start with a
+    Redis state and local files otherwise: README "Batch jobs")."""
+    state = config.get("state") or {}
+    batches = config.get("batches") or {}
+    if state.get("url", "memory") == "memory" or "files" in batches:
+        return config
+    if batches.get("enabled", True) is False:
+        return config
+    files = {"path": str(work_dir / "batch-files"), "shared": True}
+    return {**config, "batches": {**batches, "files": files}}
 
 
 class Gateway:
