@@ -18,9 +18,10 @@ import random
 import secrets
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -88,6 +89,9 @@ from warmpool.manager import ColdStartManager
 from warmpool.schedule import floor_at
 from warmpool.staging import WeightStager
 from warmpool.timeline import ColdStartTimeline, JsonLinesSink, TimelineSink
+
+if TYPE_CHECKING:  # imported where a process backend is built: most deployments have none
+    from backends.providers.process import ProcessLaunch
 
 _log = logging.getLogger("gateway.compose")
 GB = 1_000_000_000
@@ -453,8 +457,21 @@ def _provider(backend: Backend, settings: Settings) -> ReplicaProvider:
     launch = ProcessLaunch(
         backend.command, env=backend.env, weights=weights, ready_path=backend.ready_path
     )
+    if backend.engine == "vllm":
+        launch = _vllm_launch(launch, backend, settings)
     timings = ProcessTimings(ready_timeout_s=backend.scaling.ready_timeout_s)
     return ProcessProvider(backend.name, launch, timings)
+
+
+def _vllm_launch(launch: ProcessLaunch, backend: Backend, settings: Settings) -> ProcessLaunch:
+    """vLLM's output goes to a file of its own (`engine-logs/` beside the state file), from
+    which the cold-start report learns where each start went (backends/vllm_startup.py)."""
+    from backends.vllm_startup import phases
+
+    folder = Path(settings.state.path).parent / "engine-logs"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log_file = folder / f"{safe_name(backend.name)}.log"
+    return replace(launch, log_file=log_file, start_phases=phases)
 
 
 def _kubernetes(backend: Backend) -> ReplicaProvider:

@@ -20,7 +20,7 @@ process starts; wakes have their own estimate, as they take seconds where starts
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 import anyio
@@ -123,6 +123,11 @@ class ColdStarts:
     def mark(self, episode: Episode | None, event: Event) -> None:
         if episode is not None:
             self._timeline.mark(episode.id, event)
+
+    def engine_phases(self, episode: Episode | None, phases: Mapping[str, float]) -> None:
+        """Where the start went, as the replica's engine reported it."""
+        if episode is not None:
+            self._timeline.engine_phases(episode.id, phases)
 
     def waiter(self, episode: Episode) -> ColdStartHandle:
         """A request waits on `episode`: the first one is marked on its timeline."""

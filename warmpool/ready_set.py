@@ -71,6 +71,9 @@ class ReadySet:
             self._starts.mark(episode, "process_started")
         elif event.phase == "crashed":
             self._starts.mark(episode, "crashed")
+        elif event.phase == "ready" and event.phases:
+            # Before the refresh marks it ready, which may end the timeline.
+            self._starts.engine_phases(episode, event.phases)
         if event.phase in ("crashed", "stopped") and event.replica_id:
             self.forget_sleeper(event.replica_id)  # it comes back (if at all) awake
         self.refresh()

@@ -21,6 +21,9 @@ store, for the cold-start report) and split into phases for the `TimelineMetrics
 (Prometheus histograms in the gateway; nothing here imports prometheus):
 
     staging     staging_begun → staging_done
+    engine_*    where the start went inside the engine, as it reported it (a vLLM process
+                replica: imports_and_processes, weights, compile_and_warmup, kv_cache,
+                api_server, read from its log by backends/vllm_startup.py)
     loading     the last process_started before ready → ready (weights load + probe)
     wake        wake_begun → ready (the engine's /wake_up, and the gateway seeing it)
     first_byte  ready → first_byte
@@ -133,6 +136,7 @@ class _Open:
     begun_at: float
     kind: str = "start"
     events: list[tuple[str, float]] = field(default_factory=list)
+    engine: dict[str, float] = field(default_factory=dict)  # `engine_<phase>` -> seconds
 
     def has(self, event: str) -> bool:
         return any(name == event for name, _ in self.events)
@@ -175,6 +179,13 @@ class ColdStartTimeline:
         elif event == "ready" and not timeline.has("request_arrived"):
             self.finish(start_id, "ready")
 
+    def engine_phases(self, start_id: str, phases: Mapping[str, float]) -> None:
+        """Where the start went, as its engine reported it (backends/vllm_startup.py): kept
+        in the record's phases as `engine_<phase>`, beside the timeline's own."""
+        timeline = self._open.get(start_id)
+        if timeline is not None:
+            timeline.engine.update({f"engine_{name}": s for name, s in phases.items()})
+
     def first_byte(self, start_id: str) -> None:
         """The gateway's call, for each request that waited; only the first one counts."""
         self.mark(start_id, "first_byte")
@@ -187,7 +198,9 @@ class ColdStartTimeline:
         if timeline is None:
             return None
         events = tuple(timeline.events)
-        phases = phase_durations(events) if outcome in ("served", "ready", "no_first_byte") else {}
+        phases: dict[str, float] = {}
+        if outcome in ("served", "ready", "no_first_byte"):
+            phases = {**phase_durations(events), **timeline.engine}
         record = ColdStartRecord(
             timeline.id,
             timeline.backend,

@@ -61,6 +61,9 @@ class ProcessLaunch:
     ready_path: str = "/health"
     base_url_template: str = "http://{host}:{port}/v1"
     log_file: Path | None = None  # stdout and stderr appended here; None: inherited
+    # Where a start went, read from what the replica wrote to `log_file` since its launch
+    # (its output, its launch's unix time -> seconds per phase): backends/vllm_startup.py.
+    start_phases: Callable[[str, float], Mapping[str, float]] | None = None
     cwd: Path | None = None
 
 
@@ -79,6 +82,8 @@ class _Slot:
     process: Child | None = None
     replica: Replica | None = None
     ready_since: float | None = None  # anyio.current_time() when its probe passed
+    log_offset: int = 0  # where its output begins in the launch's log_file
+    launched_at: float = 0.0  # unix time
     scope: anyio.CancelScope | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
 
@@ -188,7 +193,7 @@ class ProcessProvider:
         port = free_port(self._launch.host)
         with anyio.CancelScope(shield=True):  # a process we started must be ours to reap
             try:
-                process = slot.process = await self._open(port)
+                process = slot.process = await self._open(port, slot)
             except OSError as exc:
                 return f"cannot start {self._launch.command[0]!r}: {exc.strerror or exc}"
         host = self._launch.host
@@ -199,14 +204,17 @@ class ProcessProvider:
                 return f"exited with code {process.returncode} before it was ready"
             return f"not ready within {self._timings.ready_timeout_s:g} s"
         slot.ready_since = anyio.current_time()
-        self._emit("ready", slot, "")
+        self._emit("ready", slot, "", await self._start_phases(slot))
         code = await process.wait()
         return f"exited with code {code}" if code >= 0 else f"killed by signal {-code}"
 
-    async def _open(self, port: int) -> Child:
-        spawned_at = {"WORKER_SPAWNED_AT": f"{self._clock():.6f}"}
+    async def _open(self, port: int, slot: _Slot) -> Child:
+        slot.launched_at = self._clock()
+        spawned_at = {"WORKER_SPAWNED_AT": f"{slot.launched_at:.6f}"}
         env = child_environment({**self._launch.env, **spawned_at})  # never the gateway's secrets
         log = await self._open_log()
+        if log is not None:
+            slot.log_offset = log.tell()  # appending: its own output starts here
         try:
             return await spawn(  # not the event loop's fork: see backends/spawn.py
                 self._command(port),
@@ -219,6 +227,24 @@ class ProcessProvider:
         finally:
             if log is not None:
                 log.close()  # the child holds its own descriptor
+
+    async def _start_phases(self, slot: _Slot) -> Mapping[str, float]:
+        """Where the replica's start went, from its output since its launch (empty when
+        the launch has no log file or no reader: the timeline's own phases stand)."""
+        path, read = self._launch.log_file, self._launch.start_phases
+        if path is None or read is None:
+            return {}
+
+        def output() -> str:
+            with path.open("rb") as log:
+                log.seek(slot.log_offset)
+                return log.read().decode("utf-8", "replace")
+
+        try:
+            text = await anyio.to_thread.run_sync(output)
+        except OSError:
+            return {}
+        return read(text, slot.launched_at)
 
     async def _open_log(self) -> IO[bytes] | None:
         path = self._launch.log_file
@@ -260,9 +286,12 @@ class ProcessProvider:
         await process.aclose()
         slot.process = None  # only now: a reap cancelled halfway is redone in full
 
-    def _emit(self, phase: Phase, slot: _Slot, detail: str) -> None:
+    def _emit(
+        self, phase: Phase, slot: _Slot, detail: str, phases: Mapping[str, float] | None = None
+    ) -> None:
         base_url = slot.replica.base_url if slot.replica else None
-        event = ReplicaEvent(self.name, phase, slot.id, self._clock(), base_url, detail)
+        at = self._clock()
+        event = ReplicaEvent(self.name, phase, slot.id, at, base_url, detail, phases or {})
         notify(self.on_change, event)
 
 

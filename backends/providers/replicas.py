@@ -8,8 +8,8 @@ leaves it the moment it crashes or is asked to stop, before it is drained.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from anyio.abc import TaskGroup
@@ -40,6 +40,9 @@ class ReplicaEvent:
     at: float  # unix time, from the provider's clock
     base_url: str | None = None
     detail: str = ""
+    # `ready` only: where the start went, as the replica's engine reported it (seconds per
+    # phase, for example backends/vllm_startup.py's); empty when unknown.
+    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 ReplicaListener = Callable[[ReplicaEvent], None]

@@ -9,6 +9,11 @@ Phases of one start, from its timeline's events:
     wake           wake_begun → ready                     (a wake: an asleep replica woken)
     first_byte     ready → first_byte                     (the first waiting request's answer)
 
+and, inside weight_load, where the engine says its start went (`engine_*`: a vLLM process
+replica's imports and processes, weights, compile and warm-up, KV cache and API server,
+read from its own log by backends/vllm_startup.py): a 70 s start whose weights took 0.06 s
+is fixed by caching the compilation, not by faster storage.
+
 Time to first token is the first event → first_byte, for starts a request waited for.
 The start estimate is the one the gateway learns (warmpool.start_estimate): the median
 time to ready of the backend's last starts in the range; it refuses requests whose
@@ -33,6 +38,15 @@ from warmpool.start_estimate import StartTimes, ready_seconds
 
 Record = dict[str, Any]
 PHASES = ["staging", "process_start", "weight_load", "wake", "first_byte"]
+# Inside weight_load, where the engine says its start went (a vLLM process replica: read
+# from its log, backends/vllm_startup.py); listed only for backends that report them.
+ENGINE_PHASES = [
+    "engine_imports_and_processes",
+    "engine_weights",
+    "engine_compile_and_warmup",
+    "engine_kv_cache",
+    "engine_api_server",
+]
 # Said beside the figures wherever time asleep is reported.
 ASLEEP_NOTE = (
     "Asleep (vLLM sleep level 1): the weights wait in host RAM (about the model's size, "
@@ -75,7 +89,14 @@ def phases_of(record: Record) -> tuple[dict[str, float], float | None]:
     if served is not None and ready is not None:
         phases["first_byte"] = served - ready
     ttft = served - begun if served is not None and begun is not None else None
+    reported = record.get("phases")
+    if isinstance(reported, dict):
+        phases |= {k: float(v) for k, v in reported.items() if k in ENGINE_PHASES and _number(v)}
     return {k: round(v, 3) for k, v in phases.items()}, ttft
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass
@@ -104,7 +125,8 @@ class Row:
             "cold_starts": self.starts,
             "failed": self.failed,
             "ttft_s": _spread(self.ttft),
-            "phases_s": {p: mean(self.phases[p]) for p in PHASES},
+            "phases_s": {p: mean(self.phases[p]) for p in PHASES}
+            | {p: mean(self.phases[p]) for p in ENGINE_PHASES if self.phases.get(p)},
             "waited_requests": len(self.waits),
             "wait_s": _spread(self.waits),
             "shed_while_cold": self.shed_while_cold,
