@@ -119,7 +119,7 @@ def test_data_parallel_ranks_sum_their_counts_but_not_the_replica_kv_size() -> N
 
 
 def test_only_requests_waiting_for_capacity_count_as_the_engine_being_full() -> None:
-    by_reason = "vllm:num_requests_waiting_by_reason{{engine=\"{}\",reason=\"{}\"}} {}\n"
+    by_reason = 'vllm:num_requests_waiting_by_reason{{engine="{}",reason="{}"}} {}\n'
     text = by_reason.format(0, "capacity", 2) + by_reason.format(0, "deferred", 5)
     text += by_reason.format(1, "capacity", 1) + 'vllm:num_requests_waiting{engine="0"} 8\n'
     sample = parse("vllm", text)
