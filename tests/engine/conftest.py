@@ -1,5 +1,6 @@
 """The real engine: vLLM's CPU build (`make engine`, backends/local_vllm.py), started once
-for the whole session (60-90 s here, most of it compiling), and a gateway in front of it.
+for the whole session (60-90 s here, most of it compiling; launched at collection, so that
+the start overlaps the rest of the suite), and a gateway in front of it.
 
 The engine runs with `--max-num-seqs 4`, so that a handful of requests fills its batch and
 the rest wait in its own queue: what its priority scheduling and its metrics are tested on.
@@ -7,6 +8,8 @@ the rest wait in its own queue: what its priority scheduling and its metrics are
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +38,37 @@ class Engine:
     process: ServerProcess
 
 
-@pytest.fixture(scope="session")
-def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    python = engine_python()
+ENGINE_KEY = pytest.StashKey[Engine]()
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """When the run holds real-engine tests, the engine starts now, in the background, and
+    those tests go last: its 60-90 s start overlaps the rest of the suite instead of
+    adding to it (most of the suite waits on sockets, not on the cores)."""
+    here = Path(__file__).parent
+    engine_items = [item for item in items if here in item.path.parents]
+    if not engine_items or ENGINE_KEY in config.stash:
+        return
+    items[:] = [item for item in items if item not in engine_items] + engine_items
+    if any("vllm_engine" in getattr(item, "fixturenames", ()) for item in engine_items):
+        config.stash[ENGINE_KEY] = _launch(Path(config.rootpath))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """However the run ended (an earlier failure under -x, Ctrl-C), the engine stops."""
+    engine = config.stash.get(ENGINE_KEY, None)
+    if engine is not None:
+        engine.process.stop()
+
+
+def _launch(root: Path) -> Engine:
+    python = engine_python(root)
     if not python.exists():
-        pytest.fail(f"{python} is missing: `make test` installs it (`make engine`)")
-    folder = tmp_path_factory.mktemp("vllm")
-    model = write_tiny_chat_model(_model_dir(tmp_path_factory), shape=VLLM)
+        pytest.exit(f"{python} is missing: `make test` installs it (`make engine`)", 2)
+    folder = Path(tempfile.mkdtemp(prefix="vllm-engine-"))
+    model = write_tiny_chat_model(folder / "tiny-vllm", shape=VLLM)
     port = free_port()
     extra = ["--max-num-seqs", str(MAX_NUM_SEQS)]
     server = ServerProcess(
@@ -50,13 +77,19 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         folder / "vllm.log",
         env=environment(),
     )
-    server.start(START_TIMEOUT_S)
-    yield Engine(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/v1", server)
-    server.stop()
+    server.launch()
+    return Engine(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/v1", server)
 
 
-def _model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.getbasetemp() / "models" / "tiny-vllm"
+@pytest.fixture(scope="session")
+def vllm_engine(pytestconfig: pytest.Config) -> Iterator[Engine]:
+    engine = pytestconfig.stash.get(ENGINE_KEY, None)
+    if engine is None:  # collected in some other way: start it now
+        engine = pytestconfig.stash[ENGINE_KEY] = _launch(Path(pytestconfig.rootpath))
+    engine.process.wait_ready(START_TIMEOUT_S)
+    yield engine
+    engine.process.stop()
+    shutil.rmtree(engine.process.log_path.parent, ignore_errors=True)
 
 
 def vllm_backend(engine: Engine, **overrides: Any) -> dict[str, Any]:

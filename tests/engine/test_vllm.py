@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -35,8 +36,24 @@ LONG_PREFIX = " ".join(
 )
 
 
+_CLIENTS: dict[tuple[str, str], openai.OpenAI] = {}
+
+
 def client(gateway: Gateway, key: str = INTERACTIVE_KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=120)
+    """One client per gateway and key, closed when the module's tests are done."""
+    made = _CLIENTS.get((gateway.url, key))
+    if made is None:
+        made = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=120)
+        _CLIENTS[(gateway.url, key)] = made
+    return made
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_clients() -> Iterator[None]:
+    yield
+    for made in _CLIENTS.values():
+        made.close()
+    _CLIENTS.clear()
 
 
 def engine_counter(engine: Engine, name: str) -> float:

@@ -46,6 +46,10 @@ class ServerProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> ServerProcess:
+        return self.launch().wait_ready(timeout_s)
+
+    def launch(self) -> ServerProcess:
+        """Starts the process and returns at once (`wait_ready` waits for it)."""
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.process = subprocess.Popen(
                 self.command,
@@ -55,6 +59,10 @@ class ServerProcess:
                 cwd=self.cwd,
                 start_new_session=True,
             )
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> ServerProcess:
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
