@@ -60,7 +60,10 @@ format: $(STAMP)
 chromium:
 	bash scripts/install_chromium.sh
 
-test: check chromium engine
+# The checks, the browser and the engine's venv are independent: made side by side (the
+# installs wait on the network as much as on the cores), each one's output kept together.
+test:
+	$(MAKE) -j3 --output-sync=target check chromium engine
 	$(VENV)/bin/pytest
 
 # The same suite under coverage, the gateway and worker processes it starts included

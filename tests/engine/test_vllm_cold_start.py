@@ -6,7 +6,6 @@ whose deadline is shorter than what a start takes, with `Retry-After`."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backends.local_vllm import command_line, engine_python, environment
+from backends.local_vllm import command_line, default_model, engine_python, environment
 from backends.vllm_startup import phases
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
 from tests.conftest import GatewayFactory, hash_of
@@ -60,7 +59,7 @@ def metric(gateway: Gateway, name: str) -> float:
 def test_a_request_at_zero_is_held_through_a_real_vllm_start_and_answered(
     gateway_factory: GatewayFactory, tmp_path: Path
 ) -> None:
-    model = write_tiny_chat_model(tmp_path / "tiny-vllm", shape=VLLM)
+    model = write_tiny_chat_model(default_model(), shape=VLLM)  # vLLM's compile cache: see conftest
     config = {
         "state": {"url": "memory", "path": str(tmp_path / "state.json")},
         "cache": {"enabled": False},
@@ -105,10 +104,10 @@ def test_a_request_at_zero_is_held_through_a_real_vllm_start_and_answered(
     log = log_file.read_text()
     assert phases(log, launched)["weights"] == engine["engine_weights"]
 
-    _until(lambda: metric(gateway, READY) == 0, 60)  # idle: back to zero
-    trigger = threading.Thread(target=_send, args=(gateway, {"x-request-timeout": "300"}))
-    trigger.start()
-    _until(lambda: metric(gateway, STARTS) == 2, 30)
+    # Back at zero, the learned start (about a minute) outlasts a 3 s deadline: the request
+    # that finds no replica is refused at once, with when to come back; the start it
+    # asked for goes on (the gateway is stopped before it is over).
+    _until(lambda: metric(gateway, READY) == 0, 60)
     sent = time.monotonic()
     refused = httpx.post(
         gateway.base_url + "/completions",
@@ -120,7 +119,6 @@ def test_a_request_at_zero_is_held_through_a_real_vllm_start_and_answered(
     assert refused.status_code in (429, 503), refused.text
     assert int(refused.headers["retry-after"]) >= 5  # what the first start took, about
     assert refused.json()["error"]["message"]
-    trigger.join(timeout=400)
 
 
 def _served_start(path: Path) -> dict[str, Any]:
@@ -129,13 +127,6 @@ def _served_start(path: Path) -> dict[str, Any]:
     served = [r for r in records if r["outcome"] == "served"]
     assert served, records
     return dict(served[0])
-
-
-def _send(gateway: Gateway, headers: dict[str, str]) -> None:
-    body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
-    httpx.post(
-        gateway.base_url + "/completions", json=body, headers={**HEADERS, **headers}, timeout=400
-    )
 
 
 def _until(check: Any, timeout_s: float) -> None:
