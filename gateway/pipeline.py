@@ -209,7 +209,7 @@ class Pipeline:
         remaining = pool.manager.start_remaining_s() if pool.manager is not None else None
         length_s = held_deadline_s(
             exchange.headers,
-            self._traffic.deadline_s.get(call.priority, 60.0),
+            self._traffic.deadline_s[call.priority],
             self._traffic.max_deadline_s,
             remaining,
             hold.deadline_margin,
@@ -265,7 +265,7 @@ class Pipeline:
         priority = request_class(headers, tenant.priority, tenant.priority_header)
         # The deadline is the class's the request runs in, and started when it arrived.
         traffic = self._traffic
-        default_s = traffic.deadline_s.get(priority, 60.0)
+        default_s = traffic.deadline_s[priority]
         length_s = deadline_s(headers, default_s, traffic.max_deadline_s)
         deadline = Deadline.after(length_s, exchange.elapsed_s())
         pool, fallbacks = self._pools[route.backend], self._chains.get(route.model, ())

@@ -251,6 +251,12 @@ class TrafficSettings(Strict):
     retry: RetrySettings = RetrySettings()  # for every backend that sets no `retry`
     hold: HoldSettings = HoldSettings()
 
+    @field_validator("deadline_s")
+    @classmethod
+    def _every_class(cls, deadlines: dict[Priority, float]) -> dict[Priority, float]:
+        """A class the file leaves out keeps its default: the request path reads every one."""
+        return {**_default_deadlines(), **deadlines}
+
 
 class Price(Strict):
     """What a model's tokens cost, in USD per million (for the cache report's savings)."""

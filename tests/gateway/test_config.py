@@ -30,6 +30,11 @@ def test_good_config_parses_with_defaults() -> None:
     assert settings.backends[0].prefill_chunk_tokens is None  # a prompt prefills in a step
 
 
+def test_a_partial_deadline_setting_keeps_the_other_classes_defaults() -> None:
+    settings = parse_settings(GOOD + "traffic: {deadline_s: {interactive: 30}}\n", "x.yaml", {})
+    assert settings.traffic.deadline_s == {"interactive": 30.0, "batch": 600.0}
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
