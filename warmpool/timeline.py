@@ -1,7 +1,9 @@
 """Cold-start timelines: what happened, and when, between a request and its first byte.
 
 A cold start begins when a backend with no ready replica must start one (for a request,
-at startup, or on the autoscaler's word) and is recorded as events with wall-clock times:
+at startup, or on the autoscaler's word) and is recorded as events with wall-clock times
+(the wall clock read once, at the beginning, plus the monotonic time elapsed since: a
+wall-clock step while a replica loads changes no duration, here or in the report):
 
     request_arrived ─► staging_begun ─► staging_done ─► process_started ─► ready ─► first_byte
                        (only when the weights were not staged yet)   (crashed: a failed try)
@@ -133,29 +135,37 @@ class _Open:
     backend: str
     model: str
     trigger: str
-    begun_at: float
+    begun_at: float  # the wall clock's time
+    started: float  # the monotonic clock's, at the same moment
     kind: str = "start"
-    events: list[tuple[str, float]] = field(default_factory=list)
+    events: list[tuple[str, float]] = field(default_factory=list)  # monotonic times
     engine: dict[str, float] = field(default_factory=dict)  # `engine_<phase>` -> seconds
 
     def has(self, event: str) -> bool:
         return any(name == event for name, _ in self.events)
 
+    def wall_events(self) -> tuple[tuple[str, float], ...]:
+        return tuple((name, self.begun_at + at - self.started) for name, at in self.events)
+
 
 class ColdStartTimeline:
-    """Open timelines by id; may be shared by the managers of several backends."""
+    """Open timelines by id; may be shared by the managers of several backends.
+
+    `clock` measures durations (monotonic); `wall` dates each timeline's beginning."""
 
     def __init__(
         self,
         sink: TimelineSink | None = None,
         metrics: TimelineMetrics | None = None,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         first_byte_grace_s: float = 120.0,
     ) -> None:
         self._sink = sink
         self._metrics = metrics
         self._clock = clock
+        self._wall = wall
         self._grace_s = first_byte_grace_s
         self._open: dict[str, _Open] = {}
         self._numbers = itertools.count(1)
@@ -163,7 +173,8 @@ class ColdStartTimeline:
 
     def begin(self, backend: str, model: str, trigger: str, kind: str = "start") -> str:
         start_id = f"{backend}-{self._prefix}-{next(self._numbers)}"
-        self._open[start_id] = _Open(start_id, backend, model, trigger, self._clock(), kind)
+        timeline = _Open(start_id, backend, model, trigger, self._wall(), self._clock(), kind)
+        self._open[start_id] = timeline
         if self._metrics is not None and kind == "start":
             _safely(self._metrics.on_cold_start, backend)
         return start_id
@@ -197,17 +208,16 @@ class ColdStartTimeline:
         timeline = self._open.pop(start_id, None)
         if timeline is None:
             return None
-        events = tuple(timeline.events)
         phases: dict[str, float] = {}
         if outcome in ("served", "ready", "no_first_byte"):
-            phases = {**phase_durations(events), **timeline.engine}
+            phases = {**phase_durations(timeline.events), **timeline.engine}
         record = ColdStartRecord(
             timeline.id,
             timeline.backend,
             timeline.model,
             timeline.trigger,
             outcome,
-            events,
+            timeline.wall_events(),
             phases,
             detail,
             timeline.begun_at,

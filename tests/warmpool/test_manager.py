@@ -607,6 +607,28 @@ def test_timeline_ends_without_a_first_byte_after_the_grace_time(tmp_path: Path)
     assert (record["outcome"], record["phases"]) == ("no_first_byte", {"total": 3.0})
 
 
+def test_a_wall_clock_step_changes_no_duration() -> None:
+    """Durations are read on the monotonic clock; the record's times are the wall clock's
+    at the beginning plus the time elapsed since, so they agree with the phases."""
+    steady, wall = FakeClock(50.0), FakeClock(1_700_000_000.0)
+    sink = MemorySink()
+    timeline = ColdStartTimeline(sink, clock=steady, wall=wall, first_byte_grace_s=10)
+    start = timeline.begin("llm", "tiny", "request")
+    timeline.mark(start, "request_arrived")
+    steady.advance(4.0)
+    wall.advance(-3600.0)  # set back an hour (NTP) while the replica loads
+    timeline.mark(start, "ready")
+    wall.advance(7200.0)  # and then an hour forward: no grace time has passed
+    timeline.expire()
+    assert timeline.is_open(start)
+    steady.advance(0.5)
+    timeline.first_byte(start)
+    [record] = sink.records
+    assert (record.outcome, record.phases) == ("served", {"first_byte": 0.5, "total": 4.5})
+    assert record.begun_at == 1_700_000_000.0
+    assert [at for _, at in record.events] == [1_700_000_000.0, 1_700_000_004.0, 1_700_000_004.5]
+
+
 def test_a_broken_sink_or_metrics_hook_does_not_break_the_timeline(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -206,8 +206,9 @@ async def test_events_and_timelines_written_to_files_are_reported(tmp_path: Path
     await scale.close()
     # begin, request_arrived, process_started, ready, first_byte; begin of a failed start
     clock = iter([now - 61, now - 61, now - 60.5, now - 52, now - 51.9, now - 40])
+    walls = iter([now - 61, now - 40])  # read at each begin
     sink = JsonLinesSink(tmp_path / "cold_starts.jsonl")  # where the gateway puts it
-    timeline = ColdStartTimeline(sink, clock=lambda: next(clock))
+    timeline = ColdStartTimeline(sink, clock=lambda: next(clock), wall=lambda: next(walls))
     start = timeline.begin("big", "big", "request")
     for name in ("request_arrived", "process_started", "ready", "first_byte"):
         timeline.mark(start, name)
