@@ -41,10 +41,6 @@ class VllmSleep:
     async def wake_up(self, replica: Replica) -> None:
         await self._reach(replica, "/wake_up", asleep=False)
 
-    async def is_sleeping(self, replica: Replica) -> bool:
-        async with self._session() as session:
-            return await _is_sleeping(session, replica, self._headers)
-
     async def _reach(self, replica: Replica, path: str, *, asleep: bool) -> None:
         deadline = time.monotonic() + self._timeout_s
         async with self._session() as session:

@@ -242,10 +242,6 @@ class ReplicaCapacity:
         limit, the limit itself)."""
         return self.config.ceiling
 
-    @property
-    def scrapes(self) -> bool:
-        return self._engine is not None
-
     def observe(self, kind: LatencyKind, seconds: float, now: float) -> None:
         """A latency sample from an answer this replica gave."""
         if self._gradient is not None:
