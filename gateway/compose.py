@@ -74,7 +74,7 @@ from gateway.tenancy.state import FileStateStore, StateStore, StateStoreError
 from gateway.tenancy.state_redis import RedisStateStore
 from gateway.tenancy.tenant_store import TenantDirectory
 from gateway.tenancy.tenants import Catalog
-from gateway.traffic.breaker import CircuitBreaker
+from gateway.traffic.breaker import BreakerCounts, CircuitBreaker
 from gateway.traffic.capacity import CapacityConfig, ReplicaCapacity
 from gateway.traffic.engine_metrics import EngineSample, metrics_url
 from gateway.traffic.engine_metrics import scrape as scrape_engine
@@ -275,10 +275,12 @@ def _pool(
     def waited(priority: str, seconds: float) -> None:
         metrics.queue_waited(backend.name, priority, seconds)
 
-    def breaker() -> CircuitBreaker | None:
+    def breaker(counts: BreakerCounts) -> CircuitBreaker | None:
         if not traffic.breaker:
             return None
-        return CircuitBreaker(traffic.breaker_failures, open_s=traffic.breaker_open_s)
+        return CircuitBreaker(
+            traffic.breaker_failures, open_s=traffic.breaker_open_s, counts=counts
+        )
 
     scheduler = FairScheduler(
         0,
@@ -665,7 +667,31 @@ def _pool_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
         is_open = any(handle.open for handle in pool.replicas.handles.values())
         breaker.add_metric([name], 1 if is_open else 0)
         exhausted.add_metric([name], pool.budget.snapshot().exhausted)
-    return [depth, busy, replicas, shed, breaker, exhausted, *_capacity_metrics(pools)]
+    return [
+        depth,
+        busy,
+        replicas,
+        shed,
+        breaker,
+        exhausted,
+        *_breaker_metrics(pools),
+        *_capacity_metrics(pools),
+    ]
+
+
+def _breaker_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:
+    opened = counter(
+        "gateway_breaker_opened", "Times a backend's replicas' circuits opened.", ["backend"]
+    )
+    rejected = counter(
+        "gateway_breaker_rejected",
+        "Attempts a backend's open circuits turned away (answered 503 at once).",
+        ["backend"],
+    )
+    for name, pool in pools.items():
+        opened.add_metric([name], pool.replicas.breakers.opened)
+        rejected.add_metric([name], pool.replicas.breakers.rejected)
+    return [opened, rejected]
 
 
 def _capacity_metrics(pools: dict[str, Pool]) -> Iterable[Metric]:

@@ -13,7 +13,9 @@ take a working replica out of the pool. Other 4xx are successes too (the request
 the replica answered).
 
 The transitions are pure functions of a frozen `BreakerState` and `now`; `CircuitBreaker`
-holds the state and reads the clock.
+holds the state and reads the clock. A backend's breakers share one `BreakerCounts`
+(exported as `gateway_breaker_opened_total` and `gateway_breaker_rejected_total`): its
+replicas come and go, its counters must only go up.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ class BreakerState:
     opened_at: float = 0.0
     probes: tuple[float, ...] = ()  # start times of probes in flight
     probe_successes: int = 0
+
+
+@dataclass
+class BreakerCounts:
+    opened: int = 0  # times a circuit opened (again, after a failed probe)
+    # Attempts turned away: every replica's circuit open (`ReplicaSet.pick`), or a
+    # half-open one's probes all out (`allow`).
+    rejected: int = 0
 
 
 def counts_as_failure(outcome: AttemptOutcome) -> bool:
@@ -120,14 +130,14 @@ class CircuitBreaker:
         open_s: float = 5.0,
         half_open_probes: int = 1,
         clock: Callable[[], float] = time.monotonic,
+        counts: BreakerCounts | None = None,
     ) -> None:
         self.config = BreakerConfig(
             failure_threshold, failure_rate, window, open_s, half_open_probes
         )
         self._clock = clock
         self._state = BreakerState()
-        self.opened = 0  # times it opened, for metrics
-        self.rejected = 0  # requests it turned away
+        self.counts = counts if counts is not None else BreakerCounts()
 
     @property
     def state(self) -> Mode:
@@ -136,7 +146,7 @@ class CircuitBreaker:
     def allow(self) -> bool:
         allowed, self._state = admit(self._state, self._clock(), self.config)
         if not allowed:
-            self.rejected += 1
+            self.counts.rejected += 1
         return allowed
 
     def record(self, success: bool) -> None:
@@ -144,4 +154,4 @@ class CircuitBreaker:
         was_open = self._state.mode == "open"
         self._state = record(self._state, not success, self._clock(), self.config)
         if self._state.mode == "open" and not was_open:
-            self.opened += 1
+            self.counts.opened += 1

@@ -18,7 +18,7 @@ from anyio.abc import TaskGroup
 
 from backends.http import HttpUpstream
 from backends.providers.replicas import Replica
-from gateway.traffic.breaker import CircuitBreaker
+from gateway.traffic.breaker import BreakerCounts, CircuitBreaker
 from gateway.traffic.capacity import ReplicaCapacity
 from warmpool.autoscale import ReplicaLoad
 
@@ -50,7 +50,7 @@ class ReplicaSet:
     def __init__(
         self,
         make_upstream: Callable[[str], HttpUpstream],
-        make_breaker: Callable[[], CircuitBreaker | None],
+        make_breaker: Callable[[BreakerCounts], CircuitBreaker | None],
         tasks: TaskGroup,
         make_capacity: Callable[[], ReplicaCapacity],
         metrics_url: Callable[[str], str] = lambda base_url: "",
@@ -62,6 +62,7 @@ class ReplicaSet:
         self._tasks = tasks
         self.handles: dict[str, ReplicaHandle] = {}
         self._retired: set[ReplicaHandle] = set()
+        self.breakers = BreakerCounts()  # all its replicas' breakers', gone ones' included
 
     def __len__(self) -> int:
         return len(self.handles)
@@ -80,7 +81,7 @@ class ReplicaSet:
                 self.handles[replica_id] = ReplicaHandle(
                     replica_id,
                     upstream,
-                    self._make_breaker(),
+                    self._make_breaker(self.breakers),
                     self._make_capacity(),
                     self._metrics_url(replica.base_url),
                 )
@@ -91,11 +92,16 @@ class ReplicaSet:
         one not yet tried (a retry goes to another replica when there is one)."""
         if len(self.handles) == 1:  # nothing to compare: once per request, kept cheap
             (only,) = self.handles.values()
-            return None if only.open else only
+            if only.open:
+                self.breakers.rejected += 1
+                return None
+            return only
         usable = [h for h in self.handles.values() if not h.open]
         fresh = [h for h in usable if h.id not in tried]
         candidates = fresh or usable
         if not candidates:
+            if self.handles:  # every circuit is open: the breakers turned it away
+                self.breakers.rejected += 1
             return None
         return max(candidates, key=lambda h: (h.capacity.headroom(h.in_flight), -h.in_flight))
 

@@ -276,7 +276,7 @@ def one_replica_pool(base_url: str, tasks: TaskGroup) -> Pool:
     def upstream(url: str) -> HttpUpstream:
         return HttpUpstream(url, None, HttpTimeouts(1.0, 30.0, None), 4)
 
-    replicas = ReplicaSet(upstream, lambda: None, tasks, lambda: fixed_capacity(4))
+    replicas = ReplicaSet(upstream, lambda counts: None, tasks, lambda: fixed_capacity(4))
     scheduler = FairScheduler(0, 4, initial_service_s=0.01)  # dispatch until just before
     pool = Pool("late", replicas, scheduler, RetryBudget(), Metrics())
     pool.adopt([Replica("r1", base_url)])

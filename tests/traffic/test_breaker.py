@@ -7,6 +7,7 @@ import pytest
 
 from gateway.traffic.breaker import (
     BreakerConfig,
+    BreakerCounts,
     BreakerState,
     CircuitBreaker,
     admit,
@@ -143,13 +144,16 @@ def test_several_probes_must_all_succeed() -> None:
     assert mode_at(state, 5.2, config) == "closed"
 
 
-def test_counters_for_metrics() -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(failure_threshold=2, open_s=1.0, clock=clock)
+def test_counters_for_metrics_are_shared_by_a_backends_breakers() -> None:
+    clock, counts = FakeClock(), BreakerCounts()
+    breaker = CircuitBreaker(failure_threshold=2, open_s=1.0, clock=clock, counts=counts)
     breaker.record(False)
     breaker.record(False)
     assert not breaker.allow()
     clock.now += 1.0
     assert breaker.allow()
     breaker.record(False)  # the probe failed: opened a second time
-    assert (breaker.opened, breaker.rejected, breaker.state) == (2, 1, "open")
+    assert (counts.opened, counts.rejected, breaker.state) == (2, 1, "open")
+    other = CircuitBreaker(failure_threshold=1, clock=clock, counts=counts)
+    other.record(False)
+    assert (counts.opened, counts.rejected) == (3, 1)

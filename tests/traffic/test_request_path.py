@@ -16,6 +16,7 @@ import pytest
 
 from backends.http import HttpTimeouts, HttpUpstream
 from backends.providers.replicas import Replica
+from gateway.traffic.breaker import BreakerCounts, CircuitBreaker
 from gateway.traffic.capacity import fixed_capacity
 from gateway.traffic.replica_set import ReplicaSet
 from tests.conftest import GatewayFactory, fake_backend, hash_of
@@ -118,7 +119,7 @@ async def test_a_retired_replicas_client_is_closed_once_its_requests_are_done(
         return HttpUpstream(url, None, HttpTimeouts(1.0, 5.0, None), 4)
 
     async with anyio.create_task_group() as tasks:
-        replicas = ReplicaSet(client, lambda: None, tasks, lambda: fixed_capacity(4))
+        replicas = ReplicaSet(client, lambda counts: None, tasks, lambda: fixed_capacity(4))
         replicas.update([Replica("a", "http://127.0.0.1:9/v1"), Replica("b", "http://x/v1")])
         a, b = replicas.handles["a"], replicas.handles["b"]
         a.in_flight = 1  # a request is still reading from `a`
@@ -128,3 +129,23 @@ async def test_a_retired_replicas_client_is_closed_once_its_requests_are_done(
         a.done()
         await asyncio.sleep(0)
         assert (replicas.retired, a.upstream.closed, a.served) == (0, True, 1)
+
+
+async def test_requests_turned_away_by_open_circuits_are_counted_once_all_are_open() -> None:
+    def client(url: str) -> HttpUpstream:
+        return HttpUpstream(url, None, HttpTimeouts(1.0, 5.0, None), 4)
+
+    def breaker(counts: BreakerCounts) -> CircuitBreaker:
+        return CircuitBreaker(failure_threshold=1, open_s=60, counts=counts)
+
+    async with anyio.create_task_group() as tasks:
+        replicas = ReplicaSet(client, breaker, tasks, lambda: fixed_capacity(4))
+        replicas.update([Replica("a", "http://127.0.0.1:9/v1"), Replica("b", "http://x/v1")])
+        a, b = replicas.handles["a"], replicas.handles["b"]
+        assert a.breaker is not None and b.breaker is not None
+        a.breaker.record(False)
+        assert replicas.pick(set()) is b  # routed around the open circuit: not turned away
+        b.breaker.record(False)
+        assert replicas.pick(set()) is None
+        replicas.update([])  # the counts outlive the replicas
+        assert (replicas.breakers.opened, replicas.breakers.rejected) == (2, 1)

@@ -269,10 +269,10 @@ def test_breaker_opens_then_closes(
     fast = httpx.post(url, json=chat("echo"), headers=headers)
     assert fast.status_code == 503 and fast.json()["error"]["code"] == "backend_unavailable"
     assert stats(upstream)["requests"] == before, "an open breaker still sent upstream"
-    assert (
-        'gateway_breaker_open{backend="fake"} 1.0'
-        in httpx.get(gw.url + "/metrics", headers=OPERATOR).text
-    )
+    text = httpx.get(gw.url + "/metrics", headers=OPERATOR).text
+    assert 'gateway_breaker_open{backend="fake"} 1.0' in text
+    assert 'gateway_breaker_opened_total{backend="fake"} 1.0' in text
+    assert 'gateway_breaker_rejected_total{backend="fake"} 1.0' in text
     time.sleep(0.6)
     assert httpx.post(url, json=chat("echo"), headers=headers).status_code == 200
     assert httpx.post(url, json=chat("echo"), headers=headers).status_code == 200
