@@ -130,7 +130,7 @@ async def build(
     config_keys = configured_keys(settings.tenants, env)
     auth = Authenticator(store, config_keys)
     http_cache = HttpCache(cache, _policy(settings), metrics)
-    events = open_event_log(settings, REQUESTS, stack, tasks)
+    events = open_event_log(settings, REQUESTS, metrics, stack, tasks)
     lifecycle = Lifecycle(quotas, http_cache, metrics, access, events)
     limits = settings.limits
     body = BodyReader(limits.max_body_bytes, limits.body_timeout_s)
@@ -210,9 +210,13 @@ async def build_batches(
 
 
 def open_event_log(
-    settings: Settings, kind: str, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+    settings: Settings,
+    kind: str,
+    metrics: Metrics,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
 ) -> EventLog:
-    events = EventLog(open_sink(settings, kind))
+    events = EventLog(open_sink(settings, kind), kind=kind, on_drop=metrics.events_dropped)
     stack.push_async_callback(events.close)
     tasks.start_soon(events.run)
     return events
@@ -358,7 +362,7 @@ async def _scale_to_zero(
 ) -> None:
     """Pools whose replicas a cold-start manager starts and stops."""
     timeline = _timeline(settings, metrics, stack, tasks)
-    scale_events = open_event_log(settings, SCALE, stack, tasks)
+    scale_events = open_event_log(settings, SCALE, metrics, stack, tasks)
     history = await past_start_times(settings)
     stager = None
     if any(b.weights is not None for b in backends):
@@ -442,7 +446,8 @@ def _timeline(
     if settings.state.url == "memory":
         sink = JsonLinesSink(Path(settings.state.path).parent / "cold_starts.jsonl")
     else:
-        stream_sink = RedisTimelineSink(settings.state.url, settings.state.prefix, tasks)
+        state = settings.state
+        stream_sink = RedisTimelineSink(state.url, state.prefix, tasks, metrics.events_dropped)
         stack.push_async_callback(stream_sink.close)
         sink = stream_sink
     return ColdStartTimeline(sink, metrics)

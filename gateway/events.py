@@ -7,7 +7,10 @@
 `record` only appends to a list: the request path never waits on the sink. The writer
 task serializes a whole batch and hands it to the sink at once (one file append in a
 thread, or one pipelined round trip of XADDs). A failing sink loses report lines, never
-requests: the batch is dropped and counted, and the next one is tried afresh.
+requests: the batch is dropped and the next one is tried afresh. Lines lost (these, a
+full buffer's, cold-start records the store refused) are counted by kind and reason,
+`gateway_events_dropped_total`, and logged once per kind of error until writes succeed
+again: a store down for an hour writes a few log lines, not one per batch.
 
 What is recorded never includes prompt text or keys: the cache namespace is already an
 opaque hash, tenants and models are names from the operator's config.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence, Sized
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -28,7 +31,9 @@ import anyio.to_thread
 import orjson
 import redis.asyncio as redis
 from anyio.abc import TaskGroup
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.errors import GatewayError
 from gateway.private_files import owner_only, private_dir
@@ -39,6 +44,7 @@ _log = logging.getLogger("gateway.events")
 
 REQUESTS = "requests"  # one RequestEvent per finished request on the OpenAI routes
 SCALE = "scale"  # one ScaleEvent when a scale-to-zero backend goes warm, asleep or to zero
+COLD_STARTS = "cold_starts"  # one ColdStartRecord per finished start (RedisTimelineSink)
 FIELD = "e"  # the stream entry's one field: the event as JSON
 STREAM_MAXLEN = {REQUESTS: 1_000_000, SCALE: 100_000}
 
@@ -82,6 +88,51 @@ class ScaleEvent:
     models: list[str]
     ready: int
     asleep: int = 0
+
+
+# The store is out of reach (stopped, network, disk): expected, and nothing to fix here.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+DropHook = Callable[[str, str, int], None]  # (kind, reason, lines lost): a metric
+
+
+class Drops:
+    """Report lines lost, of one kind: counted by reason (`buffer_full`, `store_unavailable`,
+    `store_error`, `error`), and logged once per kind of error until a write succeeds."""
+
+    def __init__(self, kind: str, on_drop: DropHook | None = None) -> None:
+        self.kind = kind
+        self.total = 0
+        self._on_drop = on_drop
+        self._logged: set[tuple[str, str]] = set()
+
+    def add(self, lines: int, reason: str, exc: BaseException | None = None) -> None:
+        self.total += lines
+        if self._on_drop is not None:
+            self._on_drop(self.kind, reason, lines)
+        key = (reason, type(exc).__name__ if exc is not None else "")
+        if key in self._logged:
+            return
+        self._logged.add(key)
+        # The error's own words (redis-py names host and port, never the URL's password).
+        why = f"{type(exc).__name__}: {str(exc)[:200]}" if exc is not None else reason
+        _log.warning(
+            "%s events lost (%s); more lost for this reason are counted in "
+            "gateway_events_dropped_total, not logged, until a write succeeds",
+            self.kind,
+            why,
+            exc_info=exc if reason == "error" else None,  # a bug: its traceback
+        )
+
+    def written(self) -> None:
+        if self._logged:
+            _log.info("%s events written again", self.kind)
+            self._logged.clear()
+
+
+def failure_reason(exc: Exception) -> str:
+    if isinstance(exc, UNREACHABLE):
+        return "store_unavailable"
+    return "store_error" if isinstance(exc, RedisError) else "error"
 
 
 def refusal_reason(exc: GatewayError) -> str | None:
@@ -159,23 +210,29 @@ class EventLog:
         self,
         sink: EventSink,
         *,
+        kind: str = "events",
+        on_drop: DropHook | None = None,
         flush_s: float = 0.5,
         max_batch: int = 512,
         max_buffer: int = 100_000,
     ) -> None:
         self._sink = sink
+        self._drops = Drops(kind, on_drop)
         self._flush_s = flush_s
         self._max_batch = max_batch
         self._max_buffer = max_buffer
         self._buffer: list[object] = []
         self._wake = anyio.Event()
         self.written = 0
-        self.dropped = 0
+
+    @property
+    def dropped(self) -> int:
+        return self._drops.total
 
     def record(self, event: object) -> None:
         """Cheap and synchronous: the request path calls it as the answer is done."""
         if len(self._buffer) >= self._max_buffer:
-            self.dropped += 1  # the sink is stuck: shed report lines, not memory
+            self._drops.add(1, "buffer_full")  # the sink is stuck: shed lines, not memory
             return
         self._buffer.append(event)
         if len(self._buffer) >= self._max_batch:
@@ -197,17 +254,19 @@ class EventLog:
         try:
             await self._sink.append([orjson.dumps(event) for event in batch])
         except Exception as exc:  # whatever it is, the writer task must live on
-            self.dropped += len(batch)
-            _log.warning("report events lost (%d): %s: %s", len(batch), type(exc).__name__, exc)
+            self._drops.add(len(batch), failure_reason(exc), exc)
         else:
             self.written += len(batch)
+            self._drops.written()
 
     async def close(self) -> None:
-        """Writes what is left (the lifespan's task group is gone by now), then closes."""
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+        """Writes what is left (the lifespan's task group is gone by now), then closes; a
+        store already gone is no error, anything else is."""
+        with anyio.CancelScope(shield=True):
             with anyio.move_on_after(5):
                 await self.flush()
-            await self._sink.close()
+            with contextlib.suppress(*UNREACHABLE):
+                await self._sink.close()
 
 
 class ScaleRecorder:
@@ -247,17 +306,24 @@ class ScaleRecorder:
 class RedisTimelineSink:
     """Cold-start records on a capped Redis Stream, `{prefix}:cold_starts`, for reports."""
 
-    def __init__(self, url: str, prefix: str, tasks: TaskGroup) -> None:
+    def __init__(
+        self, url: str, prefix: str, tasks: TaskGroup, on_drop: DropHook | None = None
+    ) -> None:
         self._redis = redis.Redis.from_url(url, socket_timeout=1.0)
-        self._key = f"{{{prefix}}}:cold_starts"
+        self._key = stream_key(prefix, COLD_STARTS)
         self._tasks = tasks
+        self._drops = Drops(COLD_STARTS, on_drop)
 
     def write(self, record: ColdStartRecord) -> None:
         self._tasks.start_soon(self._append, orjson.dumps(record.to_json()))
 
     async def _append(self, data: bytes) -> None:
-        with contextlib.suppress(RedisError, OSError):  # reports lose a line, requests nothing
+        try:
             await self._redis.xadd(self._key, {"record": data}, maxlen=10_000, approximate=True)
+        except (RedisError, OSError) as exc:  # reports lose a line, requests nothing
+            self._drops.add(1, failure_reason(exc), exc)
+        else:
+            self._drops.written()
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -173,6 +173,13 @@ class Metrics:
             buckets=_BUCKETS,
             registry=r,
         )
+        self._events_dropped = Counter(
+            "gateway_events_dropped",
+            "Report lines lost (request and scale events, cold-start records), by kind and "
+            "reason (buffer_full, store_unavailable, store_error, error).",
+            ["kind", "reason"],
+            registry=r,
+        )
         # labels() costs a lock and a tuple per call; children are cached per label set.
         self._children: dict[tuple[str, ...], Counter | Histogram] = {}
 
@@ -240,6 +247,9 @@ class Metrics:
 
     def on_phase(self, backend: str, phase: str, seconds: float) -> None:
         self._cold_start_phase.labels(backend, phase).observe(seconds)
+
+    def events_dropped(self, kind: str, reason: str, lines: int) -> None:
+        self._events_dropped.labels(kind, reason).inc(lines)
 
     def add_snapshots(self, collect: Callable[[], Iterable[Metric]]) -> None:
         self.registry.register(_Snapshots(collect))

@@ -13,9 +13,9 @@ import time
 
 import anyio
 
-from gateway.admin.reports import COLD_STARTS
 from gateway.admin.reports.cold_start_report import start_time
 from gateway.admin.reports.source import ReportUnavailable, read_events
+from gateway.events import COLD_STARTS
 from gateway.settings import Settings
 from warmpool.start_estimate import start_history
 

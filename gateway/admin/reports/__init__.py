@@ -16,7 +16,7 @@ from gateway.admin.reports.cache_report import cache_report, selected
 from gateway.admin.reports.cold_start_report import cold_start_report, start_time
 from gateway.admin.reports.query import QueryError, ReportQuery, parse_duration, parse_time
 from gateway.admin.reports.source import Record, ReportUnavailable, read_events
-from gateway.events import REQUESTS, SCALE
+from gateway.events import COLD_STARTS, REQUESTS, SCALE
 from gateway.settings import Settings
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
 ]
 
 ReportKind = Literal["cache", "cold_start"]
-COLD_STARTS = "cold_starts"  # cold-start records: gateway.events.RedisTimelineSink
 
 
 async def build_report(kind: ReportKind, settings: Settings, query: ReportQuery) -> dict[str, Any]:
