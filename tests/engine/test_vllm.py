@@ -152,35 +152,41 @@ async def test_an_interactive_request_overtakes_batch_requests_queued_in_the_eng
     engine's batch): the engine's own scheduler, told each request's class as `priority`,
     runs the interactive one before batch requests that were queued before it."""
     async with httpx.AsyncClient(base_url=vllm_gateway.base_url, timeout=120) as http:
-        batch = [_timed(http, BATCH_KEY, 48) for _ in range(3 * MAX_NUM_SEQS)]
+        # Prompts all different: identical ones would follow one upstream call (coalesced).
+        batch = [_timed(http, BATCH_KEY, 48, f"count {n}") for n in range(3 * MAX_NUM_SEQS)]
         tasks = [asyncio.create_task(call) for call in batch]
-        await _until_engine_queues(vllm_engine)
-        interactive = await _timed(http, INTERACTIVE_KEY, 4)
+        await _until_engine_queues(vllm_engine, tasks)
+        interactive = await _timed(http, INTERACTIVE_KEY, 4, "count")
         finished = await asyncio.gather(*tasks)
     # FCFS would run it after all 12; by priority it waits only for a slot in the batch.
     later = sum(1 for ended in finished if ended > interactive)
     assert later >= 2 * MAX_NUM_SEQS - 1, (interactive, sorted(finished))
 
 
-async def _timed(http: httpx.AsyncClient, key: str, tokens: int) -> float:
-    body = {"model": MODEL, "prompt": "count", "max_tokens": tokens, "ignore_eos": True}
+async def _timed(http: httpx.AsyncClient, key: str, tokens: int, prompt: str) -> float:
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": tokens, "ignore_eos": True}
     headers = {"authorization": f"Bearer {key}"}
     response = await http.post("completions", json=body, headers=headers)
     assert response.status_code == 200, response.text
     return time.monotonic()
 
 
-async def _until_engine_queues(engine: Engine, timeout_s: float = 30.0) -> None:
+async def _until_engine_queues(
+    engine: Engine, sent: list[asyncio.Task[float]], timeout_s: float = 30.0
+) -> None:
     """Until vLLM itself reports requests waiting (read from its /metrics)."""
     deadline = time.monotonic() + timeout_s
+    most = (0.0, 0.0)
     async with httpx.AsyncClient(timeout=5) as http:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not any(task.done() for task in sent):
             sample = parse("vllm", (await http.get(f"{engine.url}/metrics")).text)
             if (sample.waiting or 0) >= MAX_NUM_SEQS:
                 assert sample.running == MAX_NUM_SEQS
                 return
+            most = max(most, (sample.running or 0.0, sample.waiting or 0.0))
             await asyncio.sleep(0.02)
-    pytest.fail("the engine never queued the batch requests")
+    ended = [task.exception() or task.result() for task in sent if task.done()]
+    pytest.fail(f"the engine never queued the batch requests: (running, waiting) {most}, {ended}")
 
 
 def test_each_tenant_gets_its_own_prefix_cache_salt(
