@@ -5,17 +5,27 @@
 
 The data comes from where the gateway writes it (`gateway.events`, the cold-start
 timelines): JSON lines next to the state file, or capped Redis streams. Raises
-`ReportUnavailable` when the state store cannot be read.
+`ReportUnavailable` when the state store cannot be read. A report may go over a million
+events: they are decoded, aggregated and freed in a worker thread (only the report comes
+back), so that the gateway's event loop goes on serving requests meanwhile.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
+import anyio.to_thread
+
 from gateway.admin.reports.cache_report import cache_report, selected
 from gateway.admin.reports.cold_start_report import cold_start_report, start_time
 from gateway.admin.reports.query import QueryError, ReportQuery, parse_duration, parse_time
-from gateway.admin.reports.source import Record, ReportUnavailable, read_events
+from gateway.admin.reports.source import (
+    EventRange,
+    Record,
+    ReportUnavailable,
+    event_range,
+    release,
+)
 from gateway.events import COLD_STARTS, REQUESTS, SCALE
 from gateway.settings import Settings
 
@@ -33,15 +43,38 @@ ReportKind = Literal["cache", "cold_start"]
 
 
 async def build_report(kind: ReportKind, settings: Settings, query: ReportQuery) -> dict[str, Any]:
-    requests = await read_events(settings, REQUESTS, _ts, query.start, query.end)
+    requests = event_range(settings, REQUESTS, _ts, query.start, query.end)
     if kind == "cache":
-        return cache_report(selected(requests, query), query, settings.pricing)
+        return await anyio.to_thread.run_sync(_cache_report, settings, query, requests)
     # A start is written when it ends, up to minutes after it began: read a wider margin.
-    starts = await read_events(
-        settings, COLD_STARTS, start_time, query.start, query.end, margin_s=900
+    starts = event_range(settings, COLD_STARTS, start_time, query.start, query.end, margin_s=900)
+    scale = event_range(settings, SCALE, _ts, None, query.end)
+    return await anyio.to_thread.run_sync(
+        _cold_start_report, settings, query, starts, scale, requests
     )
-    scale = await read_events(settings, SCALE, _ts, None, query.end)
-    return cold_start_report(settings, query, starts, scale, requests)
+
+
+def _cache_report(settings: Settings, query: ReportQuery, requests: EventRange) -> dict[str, Any]:
+    records = requests.records()
+    try:
+        return cache_report(selected(records, query), query, settings.pricing)
+    finally:
+        release(records)
+
+
+def _cold_start_report(
+    settings: Settings,
+    query: ReportQuery,
+    starts: EventRange,
+    scale: EventRange,
+    requests: EventRange,
+) -> dict[str, Any]:
+    lists = starts.records(), scale.records(), requests.records()
+    try:
+        return cold_start_report(settings, query, *lists)
+    finally:
+        for records in lists:
+            release(records)
 
 
 def _ts(record: Record) -> float | None:
