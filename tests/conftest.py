@@ -32,6 +32,27 @@ SECRETS = re.compile(rb"sk-(?:gw|test)-[A-Za-z0-9_-]{6,}|upstream-secret-xyz|tes
 GENERATED = re.compile(rb"\n    export [A-Z][A-Z0-9_]*=\Z")
 
 
+SHARED_ENGINE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the controller: a folder where the workers it spawns share one
+    real engine (tests/engine/shared.py)."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        from tests.engine.shared import share_with_workers
+
+        config.stash[SHARED_ENGINE] = share_with_workers()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(SHARED_ENGINE, None)
+    if folder is not None:  # every worker is done: the engine one of them started stops
+        from tests.engine.shared import stop_shared
+
+        stop_shared(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_secret_in_any_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """After the whole run, scan every log the gateways, workers and upstreams wrote."""

@@ -145,22 +145,47 @@ def _error(exc: openai.APIStatusError) -> dict[str, Any]:
     return error
 
 
+# Long enough that the engine stays full for seconds (three rounds of 4, ~1.5 s each here),
+# even when its /metrics answers late (a sample in 2 s was seen, while it streamed outputs).
+BATCH_TOKENS = 512
+ATTEMPTS = 3
+
+
 async def test_an_interactive_request_overtakes_batch_requests_queued_in_the_engine(
     vllm_gateway: Gateway, vllm_engine: Engine
 ) -> None:
     """The gateway sends batch and interactive requests alike (its limit is above the
     engine's batch): the engine's own scheduler, told each request's class as `priority`,
-    runs the interactive one before batch requests that were queued before it."""
+    runs the interactive one before batch requests that were queued before it.
+
+    The interactive request is sent once vLLM reports batch requests waiting. On two busy
+    cores its API server sometimes takes requests in no faster than it finishes them, and
+    nothing waits: then that round is let finish and another tried (the claim is about
+    requests that do wait; a round where none did cannot test it)."""
+    seen: list[tuple[float, float]] = []
     async with httpx.AsyncClient(base_url=vllm_gateway.base_url, timeout=120) as http:
-        # Prompts all different: identical ones would follow one upstream call (coalesced).
-        batch = [_timed(http, BATCH_KEY, 48, f"count {n}") for n in range(3 * MAX_NUM_SEQS)]
-        tasks = [asyncio.create_task(call) for call in batch]
-        await _until_engine_queues(vllm_engine, tasks)
-        interactive = await _timed(http, INTERACTIVE_KEY, 4, "count")
-        finished = await asyncio.gather(*tasks)
-    # FCFS would run it after all 12; by priority it waits only for a slot in the batch.
-    later = sum(1 for ended in finished if ended > interactive)
-    assert later >= 2 * MAX_NUM_SEQS - 1, (interactive, sorted(finished))
+        for _ in range(ATTEMPTS):
+            later = await _overtaken(http, vllm_engine, seen)
+            if later is not None:
+                # FCFS would run it after the 8 waiting; by priority it waits only for a slot.
+                assert later >= 2 * MAX_NUM_SEQS - 1, later
+                return
+    pytest.fail(f"vLLM never queued the batch requests; most (running, waiting) seen: {seen}")
+
+
+async def _overtaken(
+    http: httpx.AsyncClient, engine: Engine, seen: list[tuple[float, float]]
+) -> int | None:
+    """How many batch requests end after the interactive one; None if none waited."""
+    # Prompts all different: identical ones would follow one upstream call (coalesced).
+    batch = [_timed(http, BATCH_KEY, BATCH_TOKENS, f"count {n}") for n in range(3 * MAX_NUM_SEQS)]
+    tasks = [asyncio.create_task(call) for call in batch]
+    queued = await _until_engine_queues(engine, tasks, seen)
+    interactive = await _timed(http, INTERACTIVE_KEY, 4, "count") if queued else None
+    finished = await asyncio.gather(*tasks)
+    if interactive is None:
+        return None
+    return sum(1 for ended in finished if ended > interactive)
 
 
 async def _timed(http: httpx.AsyncClient, key: str, tokens: int, prompt: str) -> float:
@@ -172,21 +197,22 @@ async def _timed(http: httpx.AsyncClient, key: str, tokens: int, prompt: str) ->
 
 
 async def _until_engine_queues(
-    engine: Engine, sent: list[asyncio.Task[float]], timeout_s: float = 30.0
-) -> None:
-    """Until vLLM itself reports requests waiting (read from its /metrics)."""
-    deadline = time.monotonic() + timeout_s
+    engine: Engine, sent: list[asyncio.Task[float]], seen: list[tuple[float, float]]
+) -> bool:
+    """Whether vLLM itself reports requests waiting (read from its /metrics) before the
+    requests sent are all answered."""
     most = (0.0, 0.0)
     async with httpx.AsyncClient(timeout=5) as http:
-        while time.monotonic() < deadline and not any(task.done() for task in sent):
+        while not all(task.done() for task in sent):
             sample = parse("vllm", (await http.get(f"{engine.url}/metrics")).text)
             if (sample.waiting or 0) >= MAX_NUM_SEQS:
-                assert sample.running == MAX_NUM_SEQS
-                return
+                # Its gauges are a snapshot between steps: 3 running and 9 waiting was seen.
+                assert 0 < (sample.running or 0) <= MAX_NUM_SEQS
+                return True
             most = max(most, (sample.running or 0.0, sample.waiting or 0.0))
             await asyncio.sleep(0.02)
-    ended = [task.exception() or task.result() for task in sent if task.done()]
-    pytest.fail(f"the engine never queued the batch requests: (running, waiting) {most}, {ended}")
+    seen.append(most)
+    return False
 
 
 def test_each_tenant_gets_its_own_prefix_cache_salt(
