@@ -127,8 +127,8 @@ SEED = 14
 # The engine computes at most this many prompt tokens of a request a step (vLLM's
 # --long-prefill-token-threshold), and the backend says so (prefill_chunk_tokens): with
 # vLLM's default (no such cap) a 256-token batch prompt fills one ~41 ms step, which an
-# interactive arrival can wait through whole before its own (README "Batch beside
-# interactive traffic").
+# interactive arrival can wait through whole before its own (docs/traffic-control.md "Batch
+# beside interactive traffic").
 PREFILL_CHUNK = 64
 POLL_S = 0.25
 _COMPLETED = re.compile(r'^gateway_batch_lines_total\{outcome="completed"\}\s+(\S+)', re.M)

@@ -587,7 +587,7 @@ class GatewayBench:
 def report_embedder(series: Series, params: dict[str, Any]) -> None:
     """How busy the embedder was during the rounds, and what a text cost it: many
     lookups failing open while it was mostly idle means bursts or a late event loop, not
-    the model, kept them out (README, "What limits concurrency 64")."""
+    the model, kept them out (docs/cache-latency.md, "What limits concurrency 64")."""
     if series.wall_s > 0:
         fraction = series.embed_busy_s / series.wall_s
         emit("embedder_busy_fraction", round(fraction, 4), "ratio", **params)

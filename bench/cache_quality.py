@@ -27,8 +27,8 @@ Systems, all on the same MiniLM vectors:
             cache/cross.py). setting = "default" or a verifier threshold; `variant` names the
             ablations (one tier, one guard or the verifier left out; a guard that is not
             a default added), each by source as well as for the whole file, so that what
-            a guard does on a kind of prompt it was not written for can be read (README
-            "The guards, left out one at a time")
+            a guard does on a kind of prompt it was not written for can be read
+            (docs/cache-quality.md "The guards, left out one at a time")
   gptcache  GPTCache 0.1.44 itself: its adapter `get`, SSDataManager with its FAISS vector
             store (IDMap,Flat, L2, top_k 1) and a minimal in-memory scalar store (its
             sqlite store needs SQLAlchemy, not installed here), SearchDistanceEvaluation
@@ -316,8 +316,8 @@ def ablations(default: DecisionSettings) -> dict[str, DecisionSettings]:
         variants[f"without_{name}"] = replace(default, guards=default.guards - {name})
     for name in sorted(GUARDS.keys() - default.guards):
         variants[f"with_{name}"] = replace(default, guards=default.guards | {name})
-    # The pair model's bar was chosen leave-one-source-out (README "The pair model's second
-    # opinion"): these show what each bar does on each source.
+    # The pair model's bar was chosen leave-one-source-out (docs/cache-quality.md "The pair
+    # model's bar, chosen leave one source out"): these show what each bar does on each source.
     for bar in PAIR_MODEL_BARS:
         variants[f"pair_model_{bar}"] = replace(default, pair_model_threshold=bar)
     for extra in PAIR_MODEL_OVERRULES:

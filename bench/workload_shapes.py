@@ -41,7 +41,8 @@ included):
                                of /metrics), burst what the budget can hold at once (saved
                                tokens and a full reserve: 13 with the defaults, asked of
                                gateway/traffic/retry.py's RetryBudget). A fallback takes a
-                               token, as a retry does (README "Model fallbacks")
+                               token, as a retry does (docs/traffic-control.md
+                               "Model fallbacks")
     fallbacks_tried            by `reason`: gateway_model_fallbacks_total (phase)
     retry_budget_exhausted     gateway_retry_budget_exhausted_total of primary-pool (phase)
 

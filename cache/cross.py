@@ -10,8 +10,9 @@ so neither prompt is special).
 
 In the decision (cache/decision.py) it is a second opinion: when the pair verifier passes
 no candidate, it reads the most similar one that every guard except the content-word rule
-let through, and serves it at its threshold. It was trained without QQP (README "The pair
-model's second opinion": data, threshold choice, figures).
+let through, and serves it at its threshold. It was trained without QQP (data:
+docs/semantic-cache.md "The pair model's second opinion"; threshold choice and figures:
+docs/cache-quality.md "The pair model's bar, chosen leave one source out").
 
 This is the gateway's numpy arithmetic, float32, from the float16 weights; the torch model
 that trains them is scripts/cross_model.py, tested to give the same logits.

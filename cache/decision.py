@@ -23,9 +23,10 @@ Tier 1 (the exact request hash) is decided before this module is reached. Here:
 A wrong answer is the worst outcome, so every step can only refuse, and a refusal costs
 one model call. The verifier threshold is chosen on the training split
 (scripts/train_verifier.py, out of fold), the pair model's leave-one-source-out on the
-dev pairs (README "The pair model's second opinion"); the "person" guard and
-`unexplained_threshold` were chosen on the QQP pairs of paraphrase-dev.jsonl (the data
-README allows choosing rules and thresholds there; the verifier never trains on QQP).
+dev pairs (docs/cache-quality.md "The pair model's bar, chosen leave one source out"); the
+"person" guard and `unexplained_threshold` were chosen on the QQP pairs of
+paraphrase-dev.jsonl (the data README allows choosing rules and thresholds there; the
+verifier never trains on QQP).
 bench/cache_quality.py reports the authored pairs on their held-out half only.
 """
 

@@ -60,11 +60,12 @@ DEFAULT_PRECISION: Precision = "auto"
 # on the CPU (for a model cache/bert.py reproduces; float32 if asked for, or if the int8
 # graph is off on this CPU), torch otherwise (CUDA).
 # Measured on this 2-core machine (bench/cache_latency.py --quick --embedder torch,onnx;
-# README "Semantic cache"): ONNX Runtime runs a lone prompt in half torch's float32 time,
-# and a little slower than torch's bf16 pass where the CPU has bf16 (5.3 against 4.3 ms);
-# but under load torch's pass, which takes the GIL back after each of its ~60 operators,
-# crawls behind a busy event loop (at concurrency 64 with every failed-open lookup back at
-# once, no semantic hit at all in torch, 34/s in ONNX Runtime, which releases it once).
+# docs/semantic-cache.md "The embedder", and for torch under load the end of "Background
+# passes stay short"): ONNX Runtime runs a lone prompt in half torch's float32 time, and a
+# little slower than torch's bf16 pass where the CPU has bf16 (5.3 against 4.3 ms); but
+# under load torch's pass, which takes the GIL back after each of its ~60 operators, crawls
+# behind a busy event loop (at concurrency 64 with every failed-open lookup back at once,
+# no semantic hit at all in torch, 34/s in ONNX Runtime, which releases it once).
 Backend = Literal["auto", "onnx", "onnx-int8", "torch"]
 
 

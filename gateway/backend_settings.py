@@ -132,7 +132,7 @@ class Concurrency(Strict):
     metrics_path: str = "/metrics"  # at the engine's root, or a full http(s):// URL
     kv_high: float = Field(default=0.95, gt=0, le=1)  # KV usage at which an engine is full
     # Time to first token may reach this multiple of its baseline before the limit is cut
-    # (README "Learned capacity": why 3).
+    # (docs/learned-capacity.md "Learned capacity": why 3).
     latency_tolerance: float = Field(default=3.0, ge=1.1, le=10)
 
 
@@ -158,8 +158,8 @@ class Backend(Strict):
     priority_scheduling: bool = False
     # vLLM started with `--long-prefill-token-threshold N` (a request computes at most N
     # prompt tokens a step): lower-class dispatches are paced a step per N prompt tokens,
-    # so their prompts do not prefill side by side (README "Batch beside interactive
-    # traffic"). None: a prompt is one step.
+    # so their prompts do not prefill side by side (docs/traffic-control.md "Batch beside
+    # interactive traffic"). None: a prompt is one step.
     prefill_chunk_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
     # vLLM started with `--enable-sleep-mode` (and VLLM_SERVER_DEV_MODE=1): an idle last
     # replica sleeps (weights in host memory) before it stops; see README "Scale to zero".

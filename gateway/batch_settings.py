@@ -55,7 +55,8 @@ class BatchSettings(Strict):
     # What one tenant's files may hold at once (inputs and the jobs' outputs, over every
     # replica), how many uploads it may send at once (per replica), how long one upload
     # may take in all (not per chunk), and how long a file is kept when its upload set no
-    # `expires_after` (outputs too). README "Batch jobs".
+    # `expires_after` (outputs too). README "Configuration reference", row `batches` (files'
+    # limits).
     max_files_per_tenant: int = Field(default=1_000, ge=1)
     max_storage_bytes_per_tenant: int = Field(default=10 * 1024**3, ge=1024)  # 10 GiB
     max_concurrent_uploads: int = Field(default=2, ge=1)

@@ -5,7 +5,8 @@ cache/cross.py) and measure it. The shipped weights, cache/weights/cross.safeten
 
 (seed 13; about 24 minutes on this 2-core machine: 3.5 to embed the texts, 20 to train;
 cache/weights/README.md). `--input-layer 4` reads MiniLM's fourth-layer states instead
-(README: better on some sets, but the embedder does not store them).
+(docs/cache-quality.md "How the pair model got here": better on some sets, but the embedder
+does not store them).
 
 Training data: what scripts/train_verifier.py's `build_examples` makes (the training halves
 of prompt-pairs-dev and of the PAWS pairs, synthetic pairs from our seeds), plus

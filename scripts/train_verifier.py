@@ -4,7 +4,8 @@
     python scripts/train_verifier.py --folds 1        # no out-of-fold step (--threshold)
     python scripts/train_verifier.py --ablate order   # a variant without one feature
     python scripts/train_verifier.py --template-pairs 20 --out /tmp/v.safetensors
-                                                      # an experiment (README: not shipped)
+                                                      # an experiment, not shipped
+                                                      # (docs/cache-quality.md "Training data ...")
 
 Training data, and only this (see ../shared/data/README.md for the licences):
   - the training half of prompt-pairs-dev.jsonl (bench/pair_data.py holds the split);
@@ -164,7 +165,7 @@ def build_examples(args: argparse.Namespace, rng: random.Random) -> list[Example
             synthetic += [(s, fold_of(pair, args.folds)) for s in made]
     synthetic += [(s, -1) for s in unrelated_pairs(SEED_PROMPTS, rng, len(SEED_PROMPTS))]
     synthetic += [(s, -1) for s in direction_pairs(rng, args.direction_pairs)]
-    if args.corpus_pairs:  # none in the shipped weights (README "Training data ...")
+    if args.corpus_pairs:  # none in the shipped weights (docs/cache-quality.md "Training data ...")
         made = corpus_pairs(load_corpora(), rng, args.corpus_pairs, args.swaps, args.questions)
         synthetic += [(s, -1) for s in made]
     if args.template_pairs:

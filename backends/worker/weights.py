@@ -21,7 +21,8 @@ With CUDA, each file gets one device buffer; every thread reads its chunk into i
 host buffer and copies it to the device with `non_blocking=True` on its own side stream,
 waiting for that copy before it reuses the pinned buffer. Checked once on an H200
 (bench/gpu_check.py loader: every tensor bit-equal to a CPU load; 23.8 GB/s from the page
-cache, five times safetensors' own load onto the GPU; README "What was seen on a GPU").
+cache, five times safetensors' own load onto the GPU; docs/measurements.md "What was seen
+on a GPU").
 
 `bench/weight_load.py` measures both against a plain sequential read of the same files.
 """

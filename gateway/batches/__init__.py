@@ -2,5 +2,6 @@
 have no `/v1/batches`): files (`files.py`, bytes in `blobs.py`), jobs (`jobs.py`), their
 records (`models.py`, `store.py`), the runner that sends each line through the request
 path (`runner.py`, `execution.py`, `identity.py`), the end of a job (`finalize.py`), and
-the HTTP routes (`routes.py`). README "Batch jobs" tells how a job moves through them.
+the HTTP routes (`routes.py`). docs/batch-jobs.md "Batch jobs" tells how a job moves through
+them.
 """

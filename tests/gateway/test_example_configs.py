@@ -1,5 +1,6 @@
 """The configurations under config/ load with the gateway's own loader; the vLLM examples
-start vLLM the way README "Load formats" says; `scaling.schedule` errors name key and line."""
+start vLLM the way docs/scale-to-zero.md "Load formats" says; `scaling.schedule` errors name
+key and line."""
 
 from __future__ import annotations
 

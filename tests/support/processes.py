@@ -140,7 +140,7 @@ def with_shared_batch_files(config: dict[str, Any], work_dir: Path) -> dict[str,
     """`config`, where it shares a Redis state and says nothing of batch files, with them
     in one folder of `work_dir` marked shared: the gateways a test starts run on this one
     machine, so that folder is one every replica sees (a gateway refuses to start with a
-    Redis state and local files otherwise: README "Batch jobs")."""
+    Redis state and local files otherwise: docs/batch-jobs.md "Where it lives")."""
     state = config.get("state") or {}
     batches = config.get("batches") or {}
     if state.get("url", "memory") == "memory" or "files" in batches:
