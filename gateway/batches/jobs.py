@@ -33,7 +33,7 @@ class BatchCreate(BaseModel):
     endpoint: StrictStr
     completion_window: StrictStr
     metadata: dict[StrictStr, StrictStr] | None = None
-    output_expires_after: dict[str, Any] | None = None  # accepted; files do not expire here
+    output_expires_after: dict[str, Any] | None = None  # accepted, ignored: outputs expire after file_ttl_s
 
 
 class Jobs:
