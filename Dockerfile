@@ -69,6 +69,7 @@ COPY gateway ./gateway
 COPY cache ./cache
 COPY backends ./backends
 COPY warmpool ./warmpool
+COPY common ./common
 # Not editable: the image carries the installed package, not this source tree.
 # faiss-cpu and faiss-gpu both install the `faiss` module; in the CUDA image only the GPU
 # build may own it, so faiss-cpu goes and faiss-gpu's files are written again.

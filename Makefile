@@ -47,14 +47,14 @@ run: demo-model
 	$(VENV)/bin/gateway serve --config config/demo.yaml
 
 check: $(STAMP)
-	$(VENV)/bin/ruff format --check gateway cache backends warmpool tests bench scripts
-	$(VENV)/bin/ruff check gateway cache backends warmpool tests bench scripts
+	$(VENV)/bin/ruff format --check gateway cache backends warmpool common tests bench scripts
+	$(VENV)/bin/ruff check gateway cache backends warmpool common tests bench scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format gateway cache backends warmpool tests bench scripts
-	$(VENV)/bin/ruff check --fix gateway cache backends warmpool tests bench scripts
+	$(VENV)/bin/ruff format gateway cache backends warmpool common tests bench scripts
+	$(VENV)/bin/ruff check --fix gateway cache backends warmpool common tests bench scripts
 
 # The HTML report's browser test drives Debian's Chromium (no-op when it is there).
 chromium:
