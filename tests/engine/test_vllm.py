@@ -181,7 +181,7 @@ async def _overtaken(
     http: httpx.AsyncClient, engine: Engine, seen: list[tuple[float, float]]
 ) -> int | None:
     """How many batch requests end after the interactive one; None if none waited."""
-    # Prompts all different: identical ones would follow one upstream call (coalesced).
+    # Prompts all different: each its own request and its own prefix, whatever is on.
     batch = [
         _timed(http, BATCH_KEY, BATCH_TOKENS, f"count {n}") for n in range(ROUNDS * MAX_NUM_SEQS)
     ]
