@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from common.redis_client import RedisFactory
 from gateway.config_file import load_settings
 from gateway.settings import Backend, ConfigError, Settings
 from gateway.tenancy.state import KeyRecord, StateStoreError
@@ -150,6 +151,11 @@ def _report(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _redis(settings: Settings) -> RedisFactory:
+    """The Redis clients of a command: each command is its own composition root."""
+    return RedisFactory(settings.state.url, name="gateway-cli")
+
+
 def _batch_report(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.admin.reports import QueryError, ReportQuery
     from gateway.batches.report import BatchReportUnavailable, batch_report
@@ -163,7 +169,7 @@ def _batch_report(settings: Settings, args: argparse.Namespace) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
     try:
-        report = asyncio.run(batch_report(settings, query))
+        report = asyncio.run(batch_report(settings, _redis(settings), query))
     except BatchReportUnavailable as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
@@ -338,7 +344,7 @@ def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
         return 2
 
     async def run() -> str:
-        store = open_state_store(settings)
+        store = open_state_store(settings, _redis(settings))
         try:
             key, record = await create_key(store, args.tenant)
         finally:
@@ -358,7 +364,7 @@ def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.tenancy.keys import declared_key_ids
 
     async def run() -> list[KeyRecord]:
-        store = open_state_store(settings)
+        store = open_state_store(settings, _redis(settings))
         try:
             return await store.list_keys()
         finally:
@@ -388,7 +394,7 @@ def _keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
             return 1
 
     async def run() -> bool:
-        store = open_state_store(settings)
+        store = open_state_store(settings, _redis(settings))
         try:
             return await store.revoke_key(args.key_id)
         finally:

@@ -35,6 +35,7 @@ from backends.providers.replicas import Replica, ReplicaProvider
 from cache.policy import PolicySettings
 from cache.semantic import AnswerCache, NullCache, SemanticCache
 from cache.store import CacheStore
+from common.redis_client import RedisFactory
 from gateway.accesslog import AccessLog
 from gateway.admin.api import AdminApi
 from gateway.admin.backends import Prewarmer
@@ -121,7 +122,8 @@ async def build(
     stack: contextlib.AsyncExitStack,
     tasks: TaskGroup,
 ) -> Parts:
-    store = open_state_store(settings)
+    clients = RedisFactory(settings.state.url)  # every part's Redis clients
+    store = open_state_store(settings, clients)
     stack.push_async_callback(store.close)
     pools = await build_pools(settings, metrics, stack, tasks)
     quotas = build_quotas(settings, metrics, stack, tasks)
@@ -141,7 +143,9 @@ async def build(
     pipeline = Pipeline(auth, catalog, *path_parts, salt_secret=salt)
     # Batch lines take the same path, as their job's tenant and in the batch class.
     lines = Pipeline(LineAuthenticator(catalog), BatchClass(catalog), *path_parts, salt_secret=salt)
-    batches = await build_batches(settings, lines, auth, catalog, metrics, access, stack, tasks)
+    batches = await build_batches(
+        settings, clients, lines, auth, catalog, metrics, access, stack, tasks
+    )
     admin_keys = admin_key_hashes(settings.admin, env)  # once: a generated key is printed
     operators = Operators(admin_keys | operator_key_hashes(settings.admin, env))
     admin = AdminApi(
@@ -172,14 +176,15 @@ def _salt_secret(env: dict[str, str]) -> bytes:
     return configured.encode() if configured else secrets.token_bytes(32)
 
 
-def open_state_store(settings: Settings) -> StateStore:
+def open_state_store(settings: Settings, clients: RedisFactory) -> StateStore:
     if settings.state.url == "memory":
         return FileStateStore(settings.state.path)
-    return RedisStateStore(settings.state.url, settings.state.prefix)
+    return RedisStateStore(clients, settings.state.prefix)
 
 
 async def build_batches(
     settings: Settings,
+    clients: RedisFactory,
     lines: Pipeline,
     auth: Authenticator,
     catalog: Catalog,
@@ -193,7 +198,7 @@ async def build_batches(
     config = settings.batches
     if not config.enabled:
         return None
-    store = await open_batch_store(settings)
+    store = await open_batch_store(settings, clients)
     stack.push_async_callback(store.close)
     blobs = await open_blobs(settings)
     stack.push_async_callback(blobs.close)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from common.redis_client import RedisFactory
 from gateway.admin.reports.query import ReportQuery
 from gateway.admin.reports.stats import iso
 from gateway.batches.errors import BatchStoreError
@@ -24,9 +25,11 @@ class BatchReportUnavailable(Exception):
     """The batch store could not be read; the message says why."""
 
 
-async def batch_report(settings: Settings, query: ReportQuery) -> dict[str, Any]:
+async def batch_report(
+    settings: Settings, clients: RedisFactory, query: ReportQuery
+) -> dict[str, Any]:
     try:
-        store = await open_store(settings, repair=False)  # never touch a running gateway's
+        store = await open_store(settings, clients, repair=False)  # never touch a running gateway's
     except BatchStoreError as exc:
         raise BatchReportUnavailable(str(exc)) from exc
     try:

@@ -29,6 +29,7 @@ import anyio.to_thread
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from common.redis_client import RedisFactory
 from gateway.batches.errors import BatchStoreError
 from gateway.batches.models import BatchJob, Counts, FileRecord, LineResult
 from gateway.private_files import private_dir, write_private
@@ -226,12 +227,14 @@ def _read_results(path: Path, repair: bool = False) -> list[LineResult]:
     return sorted(results.values(), key=lambda r: r.index)
 
 
-async def open_store(settings: Settings, *, repair: bool = True) -> BatchStore:
+async def open_store(
+    settings: Settings, clients: RedisFactory, *, repair: bool = True
+) -> BatchStore:
     """The batch store that goes with the state store: Redis, or a folder next to the state
     file. `repair: False` for readers (the CLI's report), which must not touch a running
     gateway's files."""
     if settings.state.url != "memory":
         from gateway.batches.store_redis import RedisBatchStore
 
-        return RedisBatchStore(settings.state.url, settings.state.prefix)
+        return RedisBatchStore(clients, settings.state.prefix)
     return await FileBatchStore.open(Path(settings.state.path).parent / "batches", repair=repair)

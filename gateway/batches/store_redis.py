@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from common.redis_client import RedisFactory
 from gateway.batches.errors import BatchStoreError
 from gateway.batches.models import BatchJob, Counts, FileRecord, LineResult
 
@@ -51,10 +51,8 @@ return 0
 
 
 class RedisBatchStore:
-    def __init__(self, url: str, prefix: str, timeout_s: float = 5.0) -> None:
-        self._redis = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+    def __init__(self, clients: RedisFactory, prefix: str, timeout_s: float = 5.0) -> None:
+        self._redis = clients.client("batches", timeout_s)
         self._base = f"{{{prefix}}}:batch"
         self._record = self._redis.register_script(_RECORD)
         self._claim = self._redis.register_script(_CLAIM)

@@ -11,17 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from common.redis_client import RedisFactory
 from gateway.tenancy.state import KeyRecord, StateStoreError
 
 
 class RedisStateStore:
-    def __init__(self, url: str, prefix: str, timeout_s: float = 1.0) -> None:
-        self._redis = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+    def __init__(self, clients: RedisFactory, prefix: str, timeout_s: float = 1.0) -> None:
+        self._redis = clients.client("state", timeout_s)
         self._keys = f"{{{prefix}}}:keys"
         self._tenants = f"{{{prefix}}}:tenants"
         self._version = f"{{{prefix}}}:tenants:version"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from common.redis_client import RedisFactory
 from gateway.batches.models import BatchJob, FileRecord, LineResult
 from gateway.batches.store import BatchStore, FileBatchStore
 from gateway.batches.store_redis import RedisBatchStore
@@ -20,7 +21,8 @@ async def store(
     if request.param == "file":
         opened: BatchStore = await FileBatchStore.open(tmp_path)
     else:
-        opened = RedisBatchStore(request.getfixturevalue("redis_url"), redis_prefix)
+        clients = RedisFactory(request.getfixturevalue("redis_url"))
+        opened = RedisBatchStore(clients, redis_prefix)
     yield opened
     await opened.close()
 
@@ -94,7 +96,7 @@ async def test_jobs_files_and_cancels(store: BatchStore) -> None:
 
 
 async def test_a_lease_is_one_owners_at_a_time(redis_url: str, redis_prefix: str) -> None:
-    store = RedisBatchStore(redis_url, redis_prefix)
+    store = RedisBatchStore(RedisFactory(redis_url), redis_prefix)
     try:
         assert await store.claim("batch_a", "one", 30)
         assert not await store.claim("batch_a", "two", 30)
