@@ -140,7 +140,8 @@ def _report(settings: Settings, args: argparse.Namespace) -> int:
 
     async def run() -> dict[str, dict[str, Any]]:
         kinds = _REPORTS[args.report][1]
-        return {kind: await build_report(kind, settings, query) for kind in kinds}
+        clients = _redis(settings)
+        return {kind: await build_report(kind, settings, clients, query) for kind in kinds}
 
     try:
         reports = asyncio.run(run())

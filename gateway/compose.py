@@ -125,14 +125,14 @@ async def build(
     clients = RedisFactory(settings.state.url)  # every part's Redis clients
     store = open_state_store(settings, clients)
     stack.push_async_callback(store.close)
-    pools = await build_pools(settings, metrics, stack, tasks)
+    pools = await build_pools(settings, clients, metrics, stack, tasks)
     quotas = build_quotas(settings, metrics, stack, tasks)
     cache = await build_cache(settings, metrics, stack, tasks)
     catalog = Catalog(settings.model_routes(), settings.tenants)
     config_keys = configured_keys(settings.tenants, env)
     auth = Authenticator(store, config_keys)
     http_cache = HttpCache(cache, _policy(settings), metrics)
-    events = open_event_log(settings, REQUESTS, metrics, stack, tasks)
+    events = open_event_log(settings, clients, REQUESTS, metrics, stack, tasks)
     lifecycle = Lifecycle(quotas, http_cache, metrics, access, events)
     limits = settings.limits
     body = BodyReader(limits.max_body_bytes, limits.body_timeout_s)
@@ -156,7 +156,7 @@ async def build(
         cache,
         config_keys,
         access,
-        lambda kind, query: build_report(kind, settings, query),
+        lambda kind, query: build_report(kind, settings, clients, query),
         lambda: [pool.view() for pool in pools.values()],
         lambda tenant: metrics.cache_deleted(tenant, "admin"),
         Prewarmer(
@@ -216,12 +216,14 @@ async def build_batches(
 
 def open_event_log(
     settings: Settings,
+    clients: RedisFactory,
     kind: str,
     metrics: Metrics,
     stack: contextlib.AsyncExitStack,
     tasks: TaskGroup,
 ) -> EventLog:
-    events = EventLog(open_sink(settings, kind), kind=kind, on_drop=metrics.events_dropped)
+    sink = open_sink(settings, clients, kind)
+    events = EventLog(sink, kind=kind, on_drop=metrics.events_dropped)
     stack.push_async_callback(events.close)
     tasks.start_soon(events.run)
     return events
@@ -251,12 +253,16 @@ def build_stager(settings: Settings) -> WeightStager:
 
 
 async def build_pools(
-    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+    settings: Settings,
+    clients: RedisFactory,
+    metrics: Metrics,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
 ) -> dict[str, Pool]:
     pools: dict[str, Pool] = {}
     scalable = [b for b in settings.backends if b.kind != "http"]
     if scalable:
-        await _scale_to_zero(settings, scalable, pools, metrics, stack, tasks)
+        await _scale_to_zero(settings, clients, scalable, pools, metrics, stack, tasks)
     for backend in settings.backends:
         if backend.kind != "http":
             continue
@@ -359,6 +365,7 @@ def _scraper(backend: Backend) -> Scraper:
 
 async def _scale_to_zero(
     settings: Settings,
+    clients: RedisFactory,
     backends: list[Backend],
     pools: dict[str, Pool],
     metrics: Metrics,
@@ -366,9 +373,9 @@ async def _scale_to_zero(
     tasks: TaskGroup,
 ) -> None:
     """Pools whose replicas a cold-start manager starts and stops."""
-    timeline = _timeline(settings, metrics, stack, tasks)
-    scale_events = open_event_log(settings, SCALE, metrics, stack, tasks)
-    history = await past_start_times(settings)
+    timeline = _timeline(settings, clients, metrics, stack, tasks)
+    scale_events = open_event_log(settings, clients, SCALE, metrics, stack, tasks)
+    history = await past_start_times(settings, clients)
     stager = None
     if any(b.weights is not None for b in backends):
         stager = build_stager(settings)
@@ -445,14 +452,18 @@ def _scheduled_floor(scaling: Scaling) -> Callable[[], int]:
 
 
 def _timeline(
-    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+    settings: Settings,
+    clients: RedisFactory,
+    metrics: Metrics,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
 ) -> ColdStartTimeline:
     sink: TimelineSink
     if settings.state.url == "memory":
         sink = JsonLinesSink(Path(settings.state.path).parent / "cold_starts.jsonl")
     else:
-        state = settings.state
-        stream_sink = RedisTimelineSink(state.url, state.prefix, tasks, metrics.events_dropped)
+        prefix = settings.state.prefix
+        stream_sink = RedisTimelineSink(clients, prefix, tasks, metrics.events_dropped)
         stack.push_async_callback(stream_sink.close)
         sink = stream_sink
     return ColdStartTimeline(sink, metrics)

@@ -29,12 +29,12 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 import orjson
-import redis.asyncio as redis
 from anyio.abc import TaskGroup
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from common.redis_client import RedisFactory
 from gateway.errors import GatewayError
 from gateway.private_files import owner_only, private_dir
 from gateway.settings import Settings
@@ -173,8 +173,8 @@ class JsonLinesEvents:
 class RedisStreamEvents:
     """A capped Redis stream; stream ids carry the time, so reports read a range by id."""
 
-    def __init__(self, url: str, key: str, maxlen: int) -> None:
-        self._redis = redis.Redis.from_url(url, socket_timeout=2.0)
+    def __init__(self, clients: RedisFactory, key: str, maxlen: int) -> None:
+        self._redis = clients.client("events", 2.0)
         self.key = key
         self._maxlen = maxlen
 
@@ -196,11 +196,11 @@ def jsonl_path(settings: Settings, kind: str) -> Path:
     return Path(settings.state.path).parent / f"{kind}.jsonl"
 
 
-def open_sink(settings: Settings, kind: str) -> EventSink:
+def open_sink(settings: Settings, clients: RedisFactory, kind: str) -> EventSink:
     if settings.state.url == "memory":
         return JsonLinesEvents(jsonl_path(settings, kind))
     key = stream_key(settings.state.prefix, kind)
-    return RedisStreamEvents(settings.state.url, key, STREAM_MAXLEN.get(kind, 100_000))
+    return RedisStreamEvents(clients, key, STREAM_MAXLEN.get(kind, 100_000))
 
 
 class EventLog:
@@ -307,9 +307,13 @@ class RedisTimelineSink:
     """Cold-start records on a capped Redis Stream, `{prefix}:cold_starts`, for reports."""
 
     def __init__(
-        self, url: str, prefix: str, tasks: TaskGroup, on_drop: DropHook | None = None
+        self,
+        clients: RedisFactory,
+        prefix: str,
+        tasks: TaskGroup,
+        on_drop: DropHook | None = None,
     ) -> None:
-        self._redis = redis.Redis.from_url(url, socket_timeout=1.0)
+        self._redis = clients.client("cold-starts", 1.0)
         self._key = stream_key(prefix, COLD_STARTS)
         self._tasks = tasks
         self._drops = Drops(COLD_STARTS, on_drop)

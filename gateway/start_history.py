@@ -13,6 +13,7 @@ import time
 
 import anyio
 
+from common.redis_client import RedisFactory
 from gateway.admin.reports.cold_start_report import start_time
 from gateway.admin.reports.source import ReportUnavailable, read_events
 from gateway.events import COLD_STARTS
@@ -24,12 +25,13 @@ WINDOW_S = 30 * 86400.0  # starts older than this say little about the backend a
 READ_TIMEOUT_S = 2.0
 
 
-async def past_start_times(settings: Settings) -> dict[str, list[float]]:
+async def past_start_times(settings: Settings, clients: RedisFactory) -> dict[str, list[float]]:
     """Per backend, its last starts' seconds to ready, oldest first (empty when unknown)."""
     now = time.time()
     with anyio.move_on_after(READ_TIMEOUT_S):
         try:
-            records = await read_events(settings, COLD_STARTS, start_time, now - WINDOW_S, now)
+            window = now - WINDOW_S, now
+            records = await read_events(settings, clients, COLD_STARTS, start_time, *window)
         except ReportUnavailable as exc:
             log.warning("past cold starts unreadable, start estimates begin empty: %s", exc)
             return {}

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 
+from common.redis_client import RedisFactory
 from gateway.admin.reports.cache_report import cache_report, selected
 from gateway.admin.reports.cold_start_report import cold_start_report, start_time
 from gateway.admin.reports.query import QueryError, ReportQuery, parse_duration, parse_time
@@ -42,13 +43,16 @@ __all__ = [
 ReportKind = Literal["cache", "cold_start"]
 
 
-async def build_report(kind: ReportKind, settings: Settings, query: ReportQuery) -> dict[str, Any]:
-    requests = event_range(settings, REQUESTS, _ts, query.start, query.end)
+async def build_report(
+    kind: ReportKind, settings: Settings, clients: RedisFactory, query: ReportQuery
+) -> dict[str, Any]:
+    requests = event_range(settings, clients, REQUESTS, _ts, query.start, query.end)
     if kind == "cache":
         return await anyio.to_thread.run_sync(_cache_report, settings, query, requests)
     # A start is written when it ends, up to minutes after it began: read a wider margin.
-    starts = event_range(settings, COLD_STARTS, start_time, query.start, query.end, margin_s=900)
-    scale = event_range(settings, SCALE, _ts, None, query.end)
+    window = query.start, query.end
+    starts = event_range(settings, clients, COLD_STARTS, start_time, *window, margin_s=900)
+    scale = event_range(settings, clients, SCALE, _ts, None, query.end)
     return await anyio.to_thread.run_sync(
         _cold_start_report, settings, query, starts, scale, requests
     )

@@ -24,9 +24,9 @@ from typing import Any
 
 import anyio.to_thread
 import orjson
-import redis
 from redis.exceptions import RedisError
 
+from common.redis_client import RedisFactory
 from gateway.events import jsonl_path, stream_key
 from gateway.settings import Settings
 
@@ -42,7 +42,7 @@ class ReportUnavailable(Exception):
 
 @dataclass(frozen=True)
 class StreamRange:
-    url: str
+    clients: RedisFactory
     key: str
     low: float | None  # unix times, bounds of the entries' ids
     high: float
@@ -76,6 +76,7 @@ class EventRange:
 
 def event_range(
     settings: Settings,
+    clients: RedisFactory,
     kind: str,
     time_of: TimeOf,
     since: float | None,
@@ -86,12 +87,13 @@ def event_range(
         return EventRange(time_of, since, until, path=jsonl_path(settings, kind))
     key = stream_key(settings.state.prefix, kind)
     low = None if since is None else since - margin_s
-    stream = StreamRange(settings.state.url, key, low, until + margin_s)
+    stream = StreamRange(clients, key, low, until + margin_s)
     return EventRange(time_of, since, until, stream=stream)
 
 
 async def read_events(
     settings: Settings,
+    clients: RedisFactory,
     kind: str,
     time_of: TimeOf,
     since: float | None,
@@ -99,7 +101,7 @@ async def read_events(
     margin_s: float = 60.0,
 ) -> list[Record]:
     """Records of `kind` whose time is in [since, until) (since None: from the start)."""
-    wanted = event_range(settings, kind, time_of, since, until, margin_s)
+    wanted = event_range(settings, clients, kind, time_of, since, until, margin_s)
     return await anyio.to_thread.run_sync(wanted.records)
 
 
@@ -128,7 +130,7 @@ def _read_file(path: Path) -> list[Record]:
 
 
 def _read_stream(stream: StreamRange) -> list[Record]:
-    client = redis.Redis.from_url(stream.url, socket_timeout=10.0)
+    client = stream.clients.blocking_client("reports", 10.0)
     start = "-" if stream.low is None else f"{max(0, int(stream.low * 1000))}-0"
     end = f"{int(stream.high * 1000)}"
     records: list[Record] = []

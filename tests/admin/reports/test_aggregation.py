@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console
 
 from cache.decision import DecisionSettings
+from common.redis_client import RedisFactory
 from gateway.admin.reports import QueryError, ReportQuery, build_report, parse_time
 from gateway.admin.reports.cache_report import cache_report
 from gateway.admin.reports.cold_start_report import cold_start_report, phases_of, split_time
@@ -167,11 +168,11 @@ async def test_empty_stores_give_zeros_and_nulls(redis_url: str, redis_prefix: s
     query = ReportQuery.parse("1h")
     for state in ({"url": "memory", "path": "/nonexistent/state.json"}, {"url": redis_url}):
         settings = settings_for({**state, "prefix": redis_prefix})
-        cache = await build_report("cache", settings, query)
+        cache = await build_report("cache", settings, RedisFactory(settings.state.url), query)
         assert cache["totals"]["requests"] == 0 and cache["totals"]["hit_rate"] is None
         assert cache["latency_ms"]["hit"] == {"count": 0, "p50": None, "p95": None, "p99": None}
         assert sum(b["requests"] for b in cache["over_time"]) == 0
-        cold = await build_report("cold_start", settings, query)
+        cold = await build_report("cold_start", settings, RedisFactory(settings.state.url), query)
         [row] = cold["models"]  # the scale-to-zero backend, with nothing recorded yet
         assert (row["model"], row["cold_starts"], row["time_at_zero_s"]) == ("llama", 0, 0)
         assert row["ttft_s"] == {"p50": None, "p95": None, "max": None}
@@ -216,7 +217,7 @@ async def test_events_and_timelines_written_to_files_are_reported(tmp_path: Path
     timeline.finish(failed, "failed", "no GPU")
 
     query = ReportQuery.parse("5m")
-    cache = await build_report("cache", settings, query)
+    cache = await build_report("cache", settings, RedisFactory(settings.state.url), query)
     totals = cache["totals"]
     assert (totals["requests"], totals["hits"], totals["exact_hits"]) == (5, 2, 1)
     assert (totals["semantic_hits"], totals["misses"], totals["not_cacheable"]) == (1, 2, 1)
@@ -225,7 +226,7 @@ async def test_events_and_timelines_written_to_files_are_reported(tmp_path: Path
     assert sum(cache["similarity"]["hits"]) == sum(cache["similarity"]["near_misses"]) == 1
     assert cache["top_namespaces"][0]["requests"] == 4
 
-    cold = await build_report("cold_start", settings, query)
+    cold = await build_report("cold_start", settings, RedisFactory(settings.state.url), query)
     [row] = cold["models"]
     assert (row["cold_starts"], row["failed"], row["waited_requests"]) == (2, 1, 1)
     assert row["wait_s"] == {"p50": 8.0, "p95": 8.0, "max": 8.0}
@@ -235,12 +236,19 @@ async def test_events_and_timelines_written_to_files_are_reported(tmp_path: Path
     assert row["time_warm_s"] == pytest.approx(52, abs=1)  # until now
     assert [s["outcome"] for s in cold["starts"]] == ["served", "failed"]
 
-    only = await build_report("cold_start", settings, ReportQuery.parse("5m", model="echo"))
+    only = await build_report(
+        "cold_start",
+        settings,
+        RedisFactory(settings.state.url),
+        ReportQuery.parse("5m", model="echo"),
+    )
     assert [(m["backend"], m["cold_starts"]) for m in only["models"]] == [("fake", 0)]
 
 
 async def test_a_failing_sink_loses_lines_not_requests() -> None:
-    log = EventLog(RedisStreamEvents(f"redis://127.0.0.1:{free_port()}", "{x}:requests", 10))
+    log = EventLog(
+        RedisStreamEvents(RedisFactory(f"redis://127.0.0.1:{free_port()}"), "{x}:requests", 10)
+    )
     log.record(event(0, "miss"))
     await log.flush()  # nobody listens on that port: the batch is dropped, nothing raised
     assert (log.written, log.dropped) == (0, 1)

@@ -22,6 +22,7 @@ import httpx
 import openai
 import pytest
 
+from common.redis_client import RedisFactory
 from gateway.admin.reports import ReportQuery, build_report
 from gateway.config_file import load_settings
 from gateway.settings import Settings
@@ -147,7 +148,9 @@ def report_until(settings: Settings, query: ReportQuery, requests: int) -> dict[
     """Events are written in batches every half second: poll until all are there."""
     deadline = time.monotonic() + 15
     while True:
-        report = asyncio.run(build_report("cache", settings, query))
+        report = asyncio.run(
+            build_report("cache", settings, RedisFactory(settings.state.url), query)
+        )
         if report["totals"]["requests"] >= requests or time.monotonic() > deadline:
             return report
         time.sleep(0.1)
@@ -165,7 +168,7 @@ def test_cache_report_counts_match_the_requests(gateway: Gateway, tmp_path: Path
     assert everyone["totals"]["requests"] == len(sent.tiers) + 1  # tenant b's one miss
 
     query = ReportQuery.parse("10m", tenant="a", model="echo", bucket="1m")
-    report = asyncio.run(build_report("cache", settings, query))
+    report = asyncio.run(build_report("cache", settings, RedisFactory(settings.state.url), query))
     totals = report["totals"]
     assert totals["requests"] == 9
     assert (totals["hits"], totals["exact_hits"], totals["semantic_hits"]) == (

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import openai
 
+from common.redis_client import RedisFactory
 from gateway.admin.reports import ReportQuery, build_report
 from gateway.config_file import load_settings
 from tests.conftest import GatewayFactory, hash_of
@@ -66,7 +67,11 @@ def test_cold_start_report_from_a_real_start(
     settings = load_settings(gw.config_path, {})
     deadline = time.monotonic() + 15
     while True:  # events and the finished timeline are written in the background
-        report = asyncio.run(build_report("cold_start", settings, ReportQuery.parse("10m")))
+        report = asyncio.run(
+            build_report(
+                "cold_start", settings, RedisFactory(settings.state.url), ReportQuery.parse("10m")
+            )
+        )
         [row] = report["models"]
         done = row["cold_starts"] == 1 and row["waited_requests"] == WAITERS
         done = done and row["time_warm_s"] > 0  # the 0 -> 1 scale event is in too

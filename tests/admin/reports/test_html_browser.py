@@ -28,6 +28,7 @@ import openai
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route, sync_playwright
 
+from common.redis_client import RedisFactory
 from gateway.admin.reports import ReportQuery, build_report
 from gateway.admin.reports.cache_report import cache_report as report_of
 from gateway.admin.reports.html import render
@@ -624,8 +625,13 @@ def events_written(settings: Settings) -> bool:
     query = ReportQuery.parse("10m")
     # Playwright's sync API keeps an event loop running on this thread: use another one.
     with ThreadPoolExecutor(1) as thread:
-        cache = thread.submit(asyncio.run, build_report("cache", settings, query)).result()
-        cold = thread.submit(asyncio.run, build_report("cold_start", settings, query)).result()
+        cache = thread.submit(
+            asyncio.run, build_report("cache", settings, RedisFactory(settings.state.url), query)
+        ).result()
+        cold = thread.submit(
+            asyncio.run,
+            build_report("cold_start", settings, RedisFactory(settings.state.url), query),
+        ).result()
     starts = sum(m["cold_starts"] for m in cold["models"])
     return bool(cache["totals"]["requests"] == 9 and starts >= 1)
 

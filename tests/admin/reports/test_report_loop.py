@@ -13,6 +13,7 @@ import anyio.to_thread
 import orjson
 import pytest
 
+from common.redis_client import RedisFactory
 from gateway.admin.reports import ReportKind, ReportQuery, build_report
 from gateway.events import COLD_STARTS, REQUESTS, RequestEvent, jsonl_path
 from gateway.settings import Settings
@@ -110,7 +111,7 @@ async def test_a_report_over_many_events_leaves_the_loop_free(
     varies 2x, and another process on its two cores stretches any absolute figure)."""
     query = ReportQuery.parse("1h")
     async with watched() as lag:
-        report = await build_report(kind, settings, query)
+        report = await build_report(kind, settings, RedisFactory(settings.state.url), query)
     if kind == "cache":
         assert report["totals"]["requests"] == EVENTS
     else:
@@ -122,6 +123,6 @@ async def test_a_report_over_many_events_leaves_the_loop_free(
 
     monkeypatch.setattr(anyio.to_thread, "run_sync", on_the_loop)
     async with watched() as held:
-        assert await build_report(kind, settings, query) == report
+        assert await build_report(kind, settings, RedisFactory(settings.state.url), query) == report
     worst, baseline = lag.worst_s * 1000, held.worst_s * 1000
     assert worst < baseline * MAX_LAG_SHARE, f"the loop was held {worst:.0f} ms ({baseline:.0f})"
