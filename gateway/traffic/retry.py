@@ -22,7 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
+from functools import cached_property
 from typing import Literal
+
+from common.backoff import Backoff
 
 # What an upstream attempt ended with: an HTTP status, or a failure with no status.
 UpstreamFailure = Literal["connect_error", "timeout", "protocol_error"]
@@ -41,6 +44,12 @@ class UpstreamRetryPolicy:
     # queue slot) that long helps nobody, and the client can decide to wait.
     max_retry_after_s: float = 2.0
 
+    @cached_property
+    def backoff(self) -> Backoff:
+        """Full jitter: spreads retries of requests that failed together, instead of
+        sending them back together."""
+        return Backoff(self.base_s, self.cap_s)
+
 
 @dataclass(frozen=True)
 class RetryDecision:
@@ -55,12 +64,6 @@ def is_retryable(outcome: AttemptOutcome) -> bool:
     return outcome == "connect_error" or (
         isinstance(outcome, int) and outcome in RETRYABLE_STATUSES
     )
-
-
-def backoff_s(attempt: int, rng: Callable[[], float], policy: UpstreamRetryPolicy) -> float:
-    """Full jitter: uniform in [0, min(cap, base * 2^(attempt-1))). Spreads retries of
-    requests that failed together, instead of sending them back together."""
-    return rng() * min(policy.cap_s, policy.base_s * 2.0 ** (attempt - 1))
 
 
 def should_retry(
@@ -86,7 +89,7 @@ def should_retry(
         return RetryDecision(False, 0.0, "retry_after_beyond_deadline")
     if retry_after_s is not None and retry_after_s > policy.max_retry_after_s:
         return RetryDecision(False, 0.0, "retry_after_too_long")
-    delay = max(backoff_s(attempt, rng, policy), retry_after_s or 0.0)
+    delay = max(policy.backoff.delay_s(attempt, rand=rng()), retry_after_s or 0.0)
     if delay >= deadline_remaining_s:
         return RetryDecision(False, 0.0, "deadline")
     label = outcome if isinstance(outcome, str) else f"status_{outcome}"

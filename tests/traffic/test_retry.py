@@ -12,7 +12,6 @@ from gateway.traffic.retry import (
     AttemptOutcome,
     RetryBudget,
     UpstreamRetryPolicy,
-    backoff_s,
     parse_retry_after,
     should_retry,
 )
@@ -80,12 +79,14 @@ def test_should_retry(
     ],
 )
 def test_full_jitter_backoff(attempt: int, jitter: float, expected: float) -> None:
-    assert backoff_s(attempt, lambda: jitter, UpstreamRetryPolicy()) == pytest.approx(expected)
+    delay_s = UpstreamRetryPolicy().backoff.delay_s(attempt, rand=jitter)
+    assert delay_s == pytest.approx(expected)
 
 
 def test_backoff_spreads_retries_of_requests_that_failed_together() -> None:
     rng = random.Random(7)
-    delays = [backoff_s(3, rng.random, UpstreamRetryPolicy()) for _ in range(1000)]
+    backoff = UpstreamRetryPolicy().backoff
+    delays = [backoff.delay_s(3, rand=rng.random()) for _ in range(1000)]
     assert 0.0 <= min(delays) < 0.01
     assert 0.19 < max(delays) < 0.2
 
