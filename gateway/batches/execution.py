@@ -32,6 +32,7 @@ from anyio.abc import TaskGroup
 from starlette.requests import Request
 from starlette.responses import Response
 
+from common.backoff import Backoff
 from gateway.batches.errors import BatchStoreError
 from gateway.batches.identity import line_request
 from gateway.batches.lines import InputLine
@@ -47,6 +48,7 @@ Ending = Literal["completed", "cancelled", "expired", "lost"]
 Serve = Callable[[Request, Kind], Awaitable[Response]]  # the batch pipeline's entry point
 CHECK_S = 1.0  # how often a running job looks for a cancel, its expiry, its lease
 RECORD_ATTEMPTS = 5
+RECORD_BACKOFF = Backoff(base_s=0.4, cap_s=5.0, jitter="none")  # 0.4, 0.8, 1.6, 3.2, 5 s
 
 
 @dataclass
@@ -72,6 +74,7 @@ class JobRun:
         self._pending: deque[int] = deque()
         self._retries: list[tuple[float, int]] = []  # (due, monotonic; line index)
         self._attempts: dict[int, int] = {}
+        self._backoff = Backoff(context.settings.retry_base_s, context.settings.retry_cap_s)
         self._in_flight: dict[int, anyio.CancelScope] = {}
         self._changed = anyio.Event()
         self._checked_at = -CHECK_S
@@ -205,10 +208,8 @@ class JobRun:
         if self._cancelled:
             return  # not run: the error file says so
         attempt = self._attempts[index] = self._attempts.get(index, 0) + 1
-        settings = self._c.settings
         after_s = parse_retry_after(retry_after, time.time())
-        draw = self._c.rng.random()
-        wait_s = backoff_s(attempt, after_s, settings.retry_base_s, settings.retry_cap_s, draw)
+        wait_s = backoff_s(attempt, after_s, self._backoff, self._c.rng.random())
         heapq.heappush(self._retries, (_now() + wait_s, index))
         self._c.outcome("retried")
 
@@ -222,7 +223,7 @@ class JobRun:
                 return True
             except BatchStoreError as exc:
                 _log.warning("batch %s: recording a result failed: %s", self._job.id, exc)
-                await anyio.sleep(min(5.0, 0.2 * 2**attempt))
+                await anyio.sleep(RECORD_BACKOFF.delay_s(attempt))
         self._retry(result.index, None)
         return False
 

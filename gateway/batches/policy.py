@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-MAX_EXPONENT = 30  # 2**30 times the base is past any cap; keeps the power finite
+from common.backoff import Backoff
 
 
 def retryable(status: int, headers: Mapping[str, str]) -> bool:
@@ -20,13 +20,10 @@ def retryable(status: int, headers: Mapping[str, str]) -> bool:
     return status == 429 and "retry-after" in headers
 
 
-def backoff_s(
-    attempt: int, retry_after_s: float | None, base_s: float, cap_s: float, draw: float
-) -> float:
-    """Seconds before attempt `attempt + 1` (`attempt` >= 1): full jitter below
-    `base_s * 2**(attempt - 1)`, at most `cap_s`, and never sooner than the answer's
-    `Retry-After` (`retry_after_s`, as gateway/traffic/retry.py `parse_retry_after` reads
-    it; a quota's day can be hours away: the job's window bounds that wait, not the cap).
-    `draw` is uniform in [0, 1)."""
-    ceiling = min(cap_s, base_s * 2.0 ** min(attempt - 1, MAX_EXPONENT))
-    return max(ceiling * draw, retry_after_s or 0.0)
+def backoff_s(attempt: int, retry_after_s: float | None, backoff: Backoff, draw: float) -> float:
+    """Seconds before attempt `attempt + 1` (`attempt` >= 1): `backoff`'s delay (full
+    jitter, so that lines refused together do not come back together), and never
+    sooner than the answer's `Retry-After` (`retry_after_s`, as gateway/traffic/retry.py
+    `parse_retry_after` reads it; a quota's day can be hours away: the job's window bounds
+    that wait, not the cap). `draw` is uniform in [0, 1)."""
+    return max(backoff.delay_s(attempt, rand=draw), retry_after_s or 0.0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from common.backoff import Backoff
+from gateway.batches.execution import RECORD_BACKOFF
 from gateway.batches.policy import backoff_s, retryable
 
 
@@ -37,4 +39,10 @@ def test_what_is_sent_again(status: int, headers: dict[str, str], again: bool) -
     ],
 )
 def test_backoff(attempt: int, retry_after_s: float | None, draw: float, wait_s: float) -> None:
-    assert backoff_s(attempt, retry_after_s, 1.0, 10.0, draw) == pytest.approx(wait_s)
+    assert backoff_s(attempt, retry_after_s, Backoff(1.0, 10.0), draw) == pytest.approx(wait_s)
+
+
+def test_a_result_not_recorded_is_written_again_after_growing_waits() -> None:
+    delays_s = [RECORD_BACKOFF.delay_s(attempt) for attempt in range(1, 7)]
+    assert delays_s == [min(5.0, 0.2 * 2**attempt) for attempt in range(1, 7)]
+    assert delays_s == [0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
