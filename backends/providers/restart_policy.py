@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+
+from common.backoff import Backoff
 
 
 @dataclass(frozen=True)
@@ -11,6 +14,11 @@ class RestartBackoff:
     factor: float = 2.0
     max_s: float = 60.0
     reset_after_s: float = 60.0  # a replica ready this long starts counting failures afresh
+
+    @cached_property
+    def delays(self) -> Backoff:
+        """No jitter: one replica restarting has nobody to be spread out from."""
+        return Backoff(self.initial_s, self.max_s, self.factor, jitter="none")
 
 
 def consecutive_failures(previous: int, ready_for_s: float | None, backoff: RestartBackoff) -> int:
@@ -22,5 +30,4 @@ def consecutive_failures(previous: int, ready_for_s: float | None, backoff: Rest
 
 def restart_delay(failures: int, backoff: RestartBackoff) -> float:
     """Seconds to wait before the next start, after `failures` (>= 1) failures in a row."""
-    exponent = min(max(0, failures - 1), 64)  # past the cap anyway; avoids float overflow
-    return float(min(backoff.max_s, backoff.initial_s * backoff.factor**exponent))
+    return float(backoff.delays.delay_s(failures))
