@@ -11,8 +11,10 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeVar
 
+from common.backoff import Backoff
 from warmpool.errors import SourceUnavailable
 
 T = TypeVar("T")
@@ -31,11 +33,10 @@ class TransferRetryPolicy:
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
 
-
-def backoff_delay(policy: TransferRetryPolicy, failed_attempts: int, rand: float) -> float:
-    """Full jitter (`rand` in [0, 1)): spreads the retries of many chunks that failed together."""
-    ceiling = min(policy.max_delay_s, policy.base_delay_s * 2.0 ** (failed_attempts - 1))
-    return ceiling * rand
+    @cached_property
+    def backoff(self) -> Backoff:
+        """Full jitter: spreads the retries of many chunks that failed together."""
+        return Backoff(self.base_delay_s, self.max_delay_s)
 
 
 async def with_retries(
@@ -51,7 +52,7 @@ async def with_retries(
         except SourceUnavailable as exc:
             if attempt == policy.max_attempts:
                 raise SourceUnavailable(f"{exc} (gave up after {attempt} tries)") from exc
-            delay = backoff_delay(policy, attempt, rand.random())
+            delay = policy.backoff.delay_s(attempt, rand=rand.random())
             log.info("retrying in %.2f s (try %d failed): %s", delay, attempt, exc)
             await asyncio.sleep(delay)
     raise AssertionError("unreachable: the loop returns or raises")

@@ -19,7 +19,7 @@ from warmpool.errors import (
 )
 from warmpool.layout import is_safe_name, safe_name
 from warmpool.progress import render
-from warmpool.retry import TransferRetryPolicy, backoff_delay, with_retries
+from warmpool.retry import TransferRetryPolicy, with_retries
 from warmpool.source import RemoteObject, S3Location, parse_s3_uri
 from warmpool.verify import ManifestEntry, parse_manifest, plan_files
 
@@ -150,10 +150,10 @@ def test_eviction_cannot_make_room(entries: list[CacheEntry], needed: int, tempo
 
 
 def test_backoff_grows_to_a_ceiling_with_full_jitter() -> None:
-    policy = TransferRetryPolicy(base_delay_s=0.2, max_delay_s=1.0)
-    assert [backoff_delay(policy, n, 1.0) for n in (1, 2, 3, 4, 5)] == [0.2, 0.4, 0.8, 1.0, 1.0]
-    assert backoff_delay(policy, 3, 0.5) == 0.4
-    assert backoff_delay(policy, 3, 0.0) == 0.0
+    backoff = TransferRetryPolicy(base_delay_s=0.2, max_delay_s=1.0).backoff
+    assert [backoff.delay_s(n, rand=1.0) for n in (1, 2, 3, 4, 5)] == [0.2, 0.4, 0.8, 1.0, 1.0]
+    assert backoff.delay_s(3, rand=0.5) == 0.4
+    assert backoff.delay_s(3, rand=0.0) == 0.0
 
 
 async def test_only_unavailable_sources_are_retried() -> None:
