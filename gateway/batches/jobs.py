@@ -33,7 +33,8 @@ class BatchCreate(BaseModel):
     endpoint: StrictStr
     completion_window: StrictStr
     metadata: dict[StrictStr, StrictStr] | None = None
-    output_expires_after: dict[str, Any] | None = None  # accepted, ignored: outputs expire after file_ttl_s
+    # Accepted and ignored: a job's outputs expire after `batches.file_ttl_s`.
+    output_expires_after: dict[str, Any] | None = None
 
 
 class Jobs:
