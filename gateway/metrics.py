@@ -23,233 +23,197 @@ _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 _FAST_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1)
 
 
+# The request path's metrics, a row each: name (after `gateway_`), help, labels. Each has
+# one method below that updates it. The first two tables are what every request updates:
+# plain numbers (see `LoopCounter`), no lock taken per update.
+_LOOP_COUNTERS: dict[str, tuple[str, list[str]]] = {
+    "requests": (
+        "Requests answered, by tenant, model and HTTP status.",
+        ["tenant", "model", "status"],
+    ),
+    "tokens": ("Tokens served, by tenant and kind (prompt, completion).", ["tenant", "kind"]),
+}
+_LOOP_HISTOGRAMS: dict[str, tuple[str, list[str]]] = {
+    "request_duration_seconds": ("Time from request to the end of the answer.", ["route"]),
+    "upstream_duration_seconds": (
+        "Time from sending upstream to the end of its answer, by backend.",
+        ["backend"],
+    ),
+    "queue_wait_seconds": ("Time waiting in a backend's fair queue.", ["backend", "class"]),
+}
+_COUNTERS: dict[str, tuple[str, list[str]]] = {
+    "upstream_errors": (
+        "Upstream failures (connect, timeout, protocol, status), by backend.",
+        ["backend", "kind"],
+    ),
+    "retries": ("Upstream retries, by backend and cause.", ["backend", "reason"]),
+    "quota_rejections": ("Requests refused by a tenant quota, by reason.", ["tenant", "reason"]),
+    "quota_fallbacks": (
+        "Quota decisions taken without the shared store (local share or fail closed).",
+        ["decision"],
+    ),
+    "cache_lookups": (
+        "Cache lookups by result (hit, miss, bypass) and tier.",
+        ["tenant", "model", "result", "tier"],
+    ),
+    "cache_fail_open": (
+        "Lookups or stores given up (budget, embedder_busy, store, error, ...).",
+        ["reason"],
+    ),
+    "cache_deleted_entries": (
+        "Cache entries deleted one by one: by an admin, or reported bad by a client.",
+        ["tenant", "cause"],
+    ),
+    "cache_explores": (
+        "Would-be semantic hits answered by the model under a tenant's error bound: "
+        "explored (at the lookup), then agreed, disagreed or unjudged once compared.",
+        ["tenant", "outcome"],
+    ),
+    "cache_coalesced": (
+        "Requests answered by an identical request's upstream call (gateway/coalesce.py).",
+        ["tenant"],
+    ),
+    "model_fallbacks": (
+        "Requests sent to a fallback model, by the model asked for, the fallback and why "
+        "(unavailable, overloaded, failing).",
+        ["model", "fallback", "reason"],
+    ),
+    "degraded": (
+        "Requests degraded under overload (gateway/degrade.py), by tenant, the model "
+        "asked for and the action (max_tokens, model).",
+        ["tenant", "model", "action"],
+    ),
+    "prompt_size_routed": (
+        "Requests for a model with backends for long prompts (gateway/prompt_size.py), "
+        "by model and the backend the prompt's size picked.",
+        ["model", "backend"],
+    ),
+    "cache_bad_hit_labels": (
+        "Bad-hit reports by whether they became a wrong label of the error-bounded "
+        "evidence (labelled=no: not served under a bound by this replica).",
+        ["tenant", "labelled"],
+    ),
+    "cold_starts": ("Starts of a backend from zero ready replicas.", ["backend"]),
+    "events_dropped": (
+        "Report lines lost (request and scale events, cold-start records), by kind and "
+        "reason (buffer_full, store_unavailable, store_error, error).",
+        ["kind", "reason"],
+    ),
+}
+_HISTOGRAMS: dict[str, tuple[str, list[str], Sequence[float]]] = {
+    "cache_lookup_seconds": (
+        "Cache lookup time, by stage (embed, search, pair_model, pair_model_late, total; "
+        "shared: a lookup answered by an identical one in flight).",
+        ["stage"],
+        _FAST_BUCKETS,
+    ),
+    "cold_start_seconds": (
+        "Cold-start phases: staging, loading (process start to ready), first_byte, total; "
+        "wakes from sleep: wake, wake_first_byte, wake_total.",
+        ["backend", "phase"],
+        _BUCKETS,
+    ),
+}
+
+
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        # What every request updates: plain numbers (see `LoopCounter`).
-        self._requests = LoopCounter(
-            "gateway_requests",
-            "Requests answered, by tenant, model and HTTP status.",
-            ["tenant", "model", "status"],
-        )
-        self._latency = LoopHistogram(
-            "gateway_request_duration_seconds",
-            "Time from request to the end of the answer.",
-            ["route"],
-            _BUCKETS,
-        )
-        self._upstream_latency = LoopHistogram(
-            "gateway_upstream_duration_seconds",
-            "Time from sending upstream to the end of its answer, by backend.",
-            ["backend"],
-            _BUCKETS,
-        )
-        self._upstream_errors = Counter(
-            "gateway_upstream_errors",
-            "Upstream failures (connect, timeout, protocol, status), by backend.",
-            ["backend", "kind"],
-            registry=r,
-        )
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self._loop_counters = {
+            key: LoopCounter(f"gateway_{key}", doc, labels)
+            for key, (doc, labels) in _LOOP_COUNTERS.items()
+        }
+        self._loop_histograms = {
+            key: LoopHistogram(f"gateway_{key}", doc, labels, _BUCKETS)
+            for key, (doc, labels) in _LOOP_HISTOGRAMS.items()
+        }
+        loop_metrics: list[LoopCounter | LoopHistogram] = [
+            *self._loop_counters.values(),
+            *self._loop_histograms.values(),
+        ]
+        r.register(_Snapshots(lambda: [m.collect() for m in loop_metrics]))
+        self._counters = {
+            key: Counter(f"gateway_{key}", doc, labels, registry=r)
+            for key, (doc, labels) in _COUNTERS.items()
+        }
+        self._histograms = {
+            key: Histogram(f"gateway_{key}", doc, labels, buckets=buckets, registry=r)
+            for key, (doc, labels, buckets) in _HISTOGRAMS.items()
+        }
         # A plain number, read at scrape time: no lock taken twice per request.
         self.in_flight = 0
         in_flight = Gauge("gateway_requests_in_flight", "Requests being answered.", registry=r)
         in_flight.set_function(lambda: self.in_flight)
-        self._retries = Counter(
-            "gateway_retries",
-            "Upstream retries, by backend and cause.",
-            ["backend", "reason"],
-            registry=r,
-        )
-        self._queue_wait = LoopHistogram(
-            "gateway_queue_wait_seconds",
-            "Time waiting in a backend's fair queue.",
-            ["backend", "class"],
-            _BUCKETS,
-        )
-        self._quota_rejections = Counter(
-            "gateway_quota_rejections",
-            "Requests refused by a tenant quota, by reason.",
-            ["tenant", "reason"],
-            registry=r,
-        )
-        self._quota_fallbacks = Counter(
-            "gateway_quota_fallbacks",
-            "Quota decisions taken without the shared store (local share or fail closed).",
-            ["decision"],
-            registry=r,
-        )
-        self._tokens = LoopCounter(
-            "gateway_tokens",
-            "Tokens served, by tenant and kind (prompt, completion).",
-            ["tenant", "kind"],
-        )
-        loop_metrics = (
-            self._requests,
-            self._latency,
-            self._upstream_latency,
-            self._queue_wait,
-            self._tokens,
-        )
-        r.register(_Snapshots(lambda: [m.collect() for m in loop_metrics]))
-        self._cache_lookups = Counter(
-            "gateway_cache_lookups",
-            "Cache lookups by result (hit, miss, bypass) and tier.",
-            ["tenant", "model", "result", "tier"],
-            registry=r,
-        )
-        self._cache_stage = Histogram(
-            "gateway_cache_lookup_seconds",
-            "Cache lookup time, by stage (embed, search, pair_model, pair_model_late, total; "
-            "shared: a lookup answered by an identical one in flight).",
-            ["stage"],
-            buckets=_FAST_BUCKETS,
-            registry=r,
-        )
-        self._cache_fail_open = Counter(
-            "gateway_cache_fail_open",
-            "Lookups or stores given up (budget, embedder_busy, store, error, ...).",
-            ["reason"],
-            registry=r,
-        )
-        self._cache_deleted = Counter(
-            "gateway_cache_deleted_entries",
-            "Cache entries deleted one by one: by an admin, or reported bad by a client.",
-            ["tenant", "cause"],
-            registry=r,
-        )
-        self._cache_explores = Counter(
-            "gateway_cache_explores",
-            "Would-be semantic hits answered by the model under a tenant's error bound: "
-            "explored (at the lookup), then agreed, disagreed or unjudged once compared.",
-            ["tenant", "outcome"],
-            registry=r,
-        )
-        self._cache_coalesced = Counter(
-            "gateway_cache_coalesced",
-            "Requests answered by an identical request's upstream call (gateway/coalesce.py).",
-            ["tenant"],
-            registry=r,
-        )
-        self._model_fallbacks = Counter(
-            "gateway_model_fallbacks",
-            "Requests sent to a fallback model, by the model asked for, the fallback and why "
-            "(unavailable, overloaded, failing).",
-            ["model", "fallback", "reason"],
-            registry=r,
-        )
-        self._degraded = Counter(
-            "gateway_degraded",
-            "Requests degraded under overload (gateway/degrade.py), by tenant, the model "
-            "asked for and the action (max_tokens, model).",
-            ["tenant", "model", "action"],
-            registry=r,
-        )
-        self._prompt_size_routed = Counter(
-            "gateway_prompt_size_routed",
-            "Requests for a model with backends for long prompts (gateway/prompt_size.py), "
-            "by model and the backend the prompt's size picked.",
-            ["model", "backend"],
-            registry=r,
-        )
-        self._cache_bad_hit_labels = Counter(
-            "gateway_cache_bad_hit_labels",
-            "Bad-hit reports by whether they became a wrong label of the error-bounded "
-            "evidence (labelled=no: not served under a bound by this replica).",
-            ["tenant", "labelled"],
-            registry=r,
-        )
-        self._cold_starts = Counter(
-            "gateway_cold_starts",
-            "Starts of a backend from zero ready replicas.",
-            ["backend"],
-            registry=r,
-        )
-        self._cold_start_phase = Histogram(
-            "gateway_cold_start_seconds",
-            "Cold-start phases: staging, loading (process start to ready), first_byte, total; "
-            "wakes from sleep: wake, wake_first_byte, wake_total.",
-            ["backend", "phase"],
-            buckets=_BUCKETS,
-            registry=r,
-        )
-        self._events_dropped = Counter(
-            "gateway_events_dropped",
-            "Report lines lost (request and scale events, cold-start records), by kind and "
-            "reason (buffer_full, store_unavailable, store_error, error).",
-            ["kind", "reason"],
-            registry=r,
-        )
         # labels() costs a lock and a tuple per call; children are cached per label set.
         self._children: dict[tuple[str, ...], Counter | Histogram] = {}
 
     def request_done(
         self, route: str, tenant: str, model: str, status: int, seconds: float
     ) -> None:
-        self._requests.inc((tenant, model, str(status)))
-        self._latency.observe((route,), seconds)
+        self._loop_counters["requests"].inc((tenant, model, str(status)))
+        self._loop_histograms["request_duration_seconds"].observe((route,), seconds)
 
     def upstream_done(self, backend: str, seconds: float) -> None:
-        self._upstream_latency.observe((backend,), seconds)
+        self._loop_histograms["upstream_duration_seconds"].observe((backend,), seconds)
 
     def upstream_error(self, backend: str, kind: str) -> None:
-        self._upstream_errors.labels(backend, kind).inc()
+        self._counters["upstream_errors"].labels(backend, kind).inc()
 
     def retried(self, backend: str, reason: str) -> None:
-        self._retries.labels(backend, reason).inc()
+        self._counters["retries"].labels(backend, reason).inc()
 
     def queue_waited(self, backend: str, priority: str, seconds: float) -> None:
-        self._queue_wait.observe((backend, priority), seconds)
+        self._loop_histograms["queue_wait_seconds"].observe((backend, priority), seconds)
 
     def quota_rejected(self, tenant: str, reason: str) -> None:
-        self._quota_rejections.labels(tenant, reason).inc()
+        self._counters["quota_rejections"].labels(tenant, reason).inc()
 
     def quota_fallback(self, decision: str) -> None:
-        self._quota_fallbacks.labels(decision).inc()
+        self._counters["quota_fallbacks"].labels(decision).inc()
 
     def tokens(self, tenant: str, prompt: int, completion: int) -> None:
-        self._tokens.inc((tenant, "prompt"), prompt)
-        self._tokens.inc((tenant, "completion"), completion)
+        self._loop_counters["tokens"].inc((tenant, "prompt"), prompt)
+        self._loop_counters["tokens"].inc((tenant, "completion"), completion)
 
     def cache_lookup(self, tenant: str, model: str, result: str, tier: str) -> None:
-        self._count(self._cache_lookups, ("c", tenant, model, result, tier))
+        self._count(self._counters["cache_lookups"], ("c", tenant, model, result, tier))
 
     def cache_stage(self, stage: str, seconds: float) -> None:
-        self._observe(self._cache_stage, ("s", stage), seconds)
+        self._observe(self._histograms["cache_lookup_seconds"], ("s", stage), seconds)
 
     def cache_fail_open(self, reason: str) -> None:
-        self._cache_fail_open.labels(reason).inc()
+        self._counters["cache_fail_open"].labels(reason).inc()
 
     def cache_deleted(self, tenant: str, cause: str) -> None:
         """`cause`: "admin" (the entry's tenant) or "bad_hit" (the tenant who reported it)."""
-        self._cache_deleted.labels(tenant, cause).inc()
+        self._counters["cache_deleted_entries"].labels(tenant, cause).inc()
 
     def cache_explored(self, tenant: str, outcome: str) -> None:
-        self._cache_explores.labels(tenant, outcome).inc()
+        self._counters["cache_explores"].labels(tenant, outcome).inc()
 
     def cache_coalesced(self, tenant: str) -> None:
-        self._count(self._cache_coalesced, ("k", tenant))
+        self._count(self._counters["cache_coalesced"], ("k", tenant))
 
     def model_fallback(self, model: str, fallback: str, reason: str) -> None:
-        self._model_fallbacks.labels(model, fallback, reason).inc()
+        self._counters["model_fallbacks"].labels(model, fallback, reason).inc()
 
     def degraded(self, tenant: str, model: str, action: str) -> None:
-        self._degraded.labels(tenant, model, action).inc()
+        self._counters["degraded"].labels(tenant, model, action).inc()
 
     def prompt_size_routed(self, model: str, backend: str) -> None:
-        self._count(self._prompt_size_routed, ("p", model, backend))
+        self._count(self._counters["prompt_size_routed"], ("p", model, backend))
 
     def cache_bad_hit_label(self, tenant: str, labelled: bool) -> None:
-        self._cache_bad_hit_labels.labels(tenant, "yes" if labelled else "no").inc()
+        self._counters["cache_bad_hit_labels"].labels(tenant, "yes" if labelled else "no").inc()
 
     def on_cold_start(self, backend: str) -> None:
-        self._cold_starts.labels(backend).inc()
+        self._counters["cold_starts"].labels(backend).inc()
 
     def on_phase(self, backend: str, phase: str, seconds: float) -> None:
-        self._cold_start_phase.labels(backend, phase).observe(seconds)
+        self._histograms["cold_start_seconds"].labels(backend, phase).observe(seconds)
 
     def events_dropped(self, kind: str, reason: str, lines: int) -> None:
-        self._events_dropped.labels(kind, reason).inc(lines)
+        self._counters["events_dropped"].labels(kind, reason).inc(lines)
 
     def add_snapshots(self, collect: Callable[[], Iterable[Metric]]) -> None:
         self.registry.register(_Snapshots(collect))
