@@ -41,11 +41,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 import orjson
-import redis.asyncio as redis
 from anyio.abc import TaskGroup
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cache import redis_scripts
@@ -54,6 +50,7 @@ from cache.entry import CacheEntry, Vector
 from cache.index import IndexConfig, VectorIndex
 from cache.search_batch import SearchBatcher
 from cache.store import BackgroundLoops, CacheUnavailable, check_entry
+from common.redis_client import RedisFactory
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +81,7 @@ def _unavailable() -> Iterator[None]:
 class RedisCacheStore:
     def __init__(
         self,
-        url: str,
+        clients: RedisFactory,
         prefix: str,
         dim: int,
         max_entries_per_namespace: int = 10_000,
@@ -102,19 +99,11 @@ class RedisCacheStore:
         self._dim, self._max, self._maxlen = dim, max_entries_per_namespace, stream_maxlen
         self._block_ms = int(block_s * 1000)
         self._sweep_interval_s, self._retry_s, self._clock = sweep_interval_s, retry_s, clock
-        self._redis = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
+        self._redis = clients.client("cache", timeout_s, retries=1)
         # XREAD BLOCK holds its connection, and must not be retried behind our back:
         # a reconnect means the tailer may have missed messages and must rebuild.
-        self._tail_redis = redis.Redis.from_url(
-            url,
-            socket_timeout=block_s + timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
+        self._tail_redis = clients.client(
+            "cache-tail", block_s + timeout_s, connect_timeout_s=timeout_s, retries=0
         )
         self._p = f"{{{prefix}}}"
         self._stream = f"{self._p}:cache:stream"

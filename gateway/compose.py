@@ -126,8 +126,8 @@ async def build(
     store = open_state_store(settings, clients)
     stack.push_async_callback(store.close)
     pools = await build_pools(settings, clients, metrics, stack, tasks)
-    quotas = build_quotas(settings, metrics, stack, tasks)
-    cache = await build_cache(settings, metrics, stack, tasks)
+    quotas = build_quotas(settings, clients, metrics, stack, tasks)
+    cache = await build_cache(settings, clients, metrics, stack, tasks)
     catalog = Catalog(settings.model_routes(), settings.tenants)
     config_keys = configured_keys(settings.tenants, env)
     auth = Authenticator(store, config_keys)
@@ -557,13 +557,17 @@ def _health(settings: Settings, pools: dict[str, Pool]) -> BackendHealth:
 
 
 def build_quotas(
-    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+    settings: Settings,
+    clients: RedisFactory,
+    metrics: Metrics,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
 ) -> QuotaEnforcer:
     lease_s = settings.state.quota_lease_s
     if settings.state.url == "memory":
         return LocalQuotas(lease_ttl_s=lease_s)
     quotas = RedisQuotas(
-        settings.state.url,
+        clients,
         settings.state.prefix,
         lease_ttl_s=lease_s,
         on_fallback=metrics.quota_fallback,
@@ -574,7 +578,11 @@ def build_quotas(
 
 
 async def build_cache(
-    settings: Settings, metrics: Metrics, stack: contextlib.AsyncExitStack, tasks: TaskGroup
+    settings: Settings,
+    clients: RedisFactory,
+    metrics: Metrics,
+    stack: contextlib.AsyncExitStack,
+    tasks: TaskGroup,
 ) -> AnswerCache:
     config = settings.cache
     if not config.enabled:
@@ -601,7 +609,7 @@ async def build_cache(
     await embedder.start()
     stack.push_async_callback(embedder.close)
     await embedder.embed("warm up")  # the first forward pass is several times slower
-    store = _cache_store(settings, encoder.dimension)
+    store = _cache_store(settings, clients, encoder.dimension)
     await store.start(tasks)
     stack.push_async_callback(store.close)
     cache = SemanticCache(
@@ -631,16 +639,14 @@ def _policy(settings: Settings) -> PolicySettings:
     return PolicySettings(config.max_temperature, frozenset(config.cacheable_tools))
 
 
-def _cache_store(settings: Settings, dim: int) -> CacheStore:
+def _cache_store(settings: Settings, clients: RedisFactory, dim: int) -> CacheStore:
     from cache.store import LocalCacheStore
     from cache.store_redis import RedisCacheStore
 
     config = settings.cache
     if settings.state.url == "memory":
         return LocalCacheStore(config.path / "entries.bin", dim, config.max_entries_per_namespace)
-    return RedisCacheStore(
-        settings.state.url, settings.state.prefix, dim, config.max_entries_per_namespace
-    )
+    return RedisCacheStore(clients, settings.state.prefix, dim, config.max_entries_per_namespace)
 
 
 async def _tenant_directory(

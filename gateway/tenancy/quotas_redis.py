@@ -50,11 +50,9 @@ from collections.abc import Callable
 
 import anyio
 import anyio.abc
-import redis.asyncio as redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from common.redis_client import RedisFactory
 from gateway.tenancy.quotas import (
     DEFAULT_LEASE_TTL_S,
     REASONS,
@@ -244,7 +242,7 @@ class RedisQuotas:
 
     def __init__(
         self,
-        url: str,
+        clients: RedisFactory,
         prefix: str,
         replica_id: str | None = None,
         *,
@@ -258,12 +256,7 @@ class RedisQuotas:
         local: LocalQuotas | None = None,
     ) -> None:
         # No client-side retries: a failed call falls back at once instead of stalling.
-        self._redis = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-        )
+        self._redis = clients.client("quotas", timeout_s, retries=0)
         self._prefix = prefix
         self.replica_id = replica_id or uuid.uuid4().hex
         self._lease_ttl_us = round(lease_ttl_s * 1_000_000)

@@ -18,6 +18,7 @@ from cache.entry import CacheEntry
 from cache.semantic import flush_tenants
 from cache.store import CacheStore, LocalCacheStore
 from cache.store_redis import RedisCacheStore
+from common.redis_client import RedisFactory
 from tests.conftest import GatewayFactory, fake_backend, hash_of
 from tests.support.processes import Gateway
 
@@ -125,7 +126,7 @@ async def test_both_stores_flush_the_namespaces_a_tenant_stored_in(
     store: CacheStore = (
         LocalCacheStore(None, DIM)
         if kind == "local"
-        else RedisCacheStore(redis_url, redis_prefix, DIM)
+        else RedisCacheStore(RedisFactory(redis_url), redis_prefix, DIM)
     )
     placed = [
         ("a", "ns-a1"),

@@ -22,6 +22,7 @@ from cache.codec import CorruptSnapshot, StoredEntry, read_snapshot, write_snaps
 from cache.entry import CacheEntry
 from cache.store import CacheStore, CacheUnavailable, LocalCacheStore
 from cache.store_redis import RedisCacheStore
+from common.redis_client import RedisFactory
 from tests.support.processes import free_port
 
 DIM = 32
@@ -115,7 +116,7 @@ def make_store(
             return LocalCacheStore(tmp_path / "cache.bin", DIM, **kw)
         request.getfixturevalue("cleanup_redis")
         url = request.getfixturevalue("redis_url")
-        return RedisCacheStore(url, redis_prefix, DIM, **kw)
+        return RedisCacheStore(RedisFactory(url), redis_prefix, DIM, **kw)
 
     return make
 
@@ -338,7 +339,7 @@ def replica(
     redis_url: str, redis_prefix: str, cleanup_redis: None
 ) -> Iterator[Callable[..., RedisCacheStore]]:
     def make(**kw: Any) -> RedisCacheStore:
-        return RedisCacheStore(redis_url, redis_prefix, DIM, **kw)
+        return RedisCacheStore(RedisFactory(redis_url), redis_prefix, DIM, **kw)
 
     yield make
 
@@ -435,7 +436,9 @@ async def test_a_gap_in_the_stream_makes_a_replica_rebuild(
 
 
 async def test_unreachable_redis_raises_cache_unavailable_quickly() -> None:
-    store = RedisCacheStore(f"redis://127.0.0.1:{free_port()}", "x", DIM, timeout_s=0.5)
+    store = RedisCacheStore(
+        RedisFactory(f"redis://127.0.0.1:{free_port()}"), "x", DIM, timeout_s=0.5
+    )
     started = time.monotonic()
     async with running(store):  # starting does not fail: the tailer keeps retrying
         for call in (
@@ -492,7 +495,9 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 async def test_replication_resumes_after_a_redis_restart(private_redis: PrivateRedis) -> None:
     def make() -> RedisCacheStore:
-        return RedisCacheStore(private_redis.url, "p", DIM, retry_s=(0.05, 0.3), block_s=1.0)
+        return RedisCacheStore(
+            RedisFactory(private_redis.url), "p", DIM, retry_s=(0.05, 0.3), block_s=1.0
+        )
 
     writer, reader = make(), make()
     async with running(writer, reader):

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
+from common.redis_client import RedisFactory
 from gateway.tenancy.quotas import (
     Admission,
     LocalQuotas,
@@ -217,7 +218,7 @@ async def replicas(
     made: list[RedisQuotas] = []
 
     def make(url: str = redis_url, **kw: Any) -> RedisQuotas:
-        quotas = RedisQuotas(url, redis_prefix, f"replica-{len(made)}", **kw)
+        quotas = RedisQuotas(RedisFactory(url), redis_prefix, f"replica-{len(made)}", **kw)
         made.append(quotas)
         return quotas
 
