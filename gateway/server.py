@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from common.redis_client import redacted_url
 from gateway.accesslog import configure_logging
 from gateway.body import BODY_RECEIVED
 from gateway.disconnect import SERVER_CANCELS, cancel_on_disconnect
@@ -57,12 +58,6 @@ def serving_line(settings: Settings, host: str, port: int, source: str) -> str:
     return (
         f"gateway: serving http://{host}:{port}/v1 ({config}backends: {backends}; state: {where})"
     )
-
-
-def redacted_url(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    _credentials, at, host = rest.rpartition("@")
-    return f"{scheme}{sep}{host}" if at else url
 
 
 class FreezingServer(uvicorn.Server):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway.server import redacted_url
+from common.redis_client import redacted_url
 from tests.conftest import GatewayFactory, hash_of
 from tests.support.processes import ROOT
 
