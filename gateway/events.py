@@ -49,7 +49,7 @@ FIELD = "e"  # the stream entry's one field: the event as JSON
 STREAM_MAXLEN = {REQUESTS: 1_000_000, SCALE: 100_000}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class RequestEvent:
     """One finished request. `cache` is the hit tier (`exact`, `normalized`, `semantic`),
     `miss`, `bypass` (the client said no-store or no-cache), `coalesced` (answered by an

@@ -185,7 +185,18 @@ async def test_empty_stores_give_zeros_and_nulls(redis_url: str, redis_prefix: s
 
 
 def event(ts: float, cache: str, **fields: Any) -> RequestEvent:
-    return RequestEvent(ts, "req_1", "t", "echo", "fake", 200, 5.0, cache, "ns1", **fields)
+    return RequestEvent(
+        ts=ts,
+        request_id="req_1",
+        tenant="t",
+        model="echo",
+        backend="fake",
+        status=200,
+        latency_ms=5.0,
+        cache=cache,
+        namespace="ns1",
+        **fields,
+    )
 
 
 async def test_events_and_timelines_written_to_files_are_reported(tmp_path: Path) -> None:
@@ -197,7 +208,16 @@ async def test_events_and_timelines_written_to_files_are_reported(tmp_path: Path
     requests.record(event(now - 20, "semantic", similarity=0.93, **saved))
     requests.record(event(now - 10, "normalized", **saved))
     requests.record(event(now - 5, "miss", similarity=0.81))
-    waited = RequestEvent(now - 60, "req_2", "t", "llama", "big", 200, 9000.0, "none")
+    waited = RequestEvent(
+        ts=now - 60,
+        request_id="req_2",
+        tenant="t",
+        model="llama",
+        backend="big",
+        status=200,
+        latency_ms=9000.0,
+        cache="none",
+    )
     waited.cold_wait_ms = 8000.0
     requests.record(waited)
     await requests.close()
@@ -277,8 +297,32 @@ def test_requests_answered_404_are_not_cache_lookups() -> None:
     events = [event(at, "exact", saved_tokens=3), event(at, "exact", saved_tokens=3)]
     events.append(event(at, "miss", similarity=0.9))
     for _ in range(2):  # probed and missed (with a near miss), then 404 from the model server
-        events.append(RequestEvent(at, "r", "t", "embed", "fake", 404, 2.0, "miss", "ns2", 0.85))
-    events.append(RequestEvent(at, "r", "t", "nope", None, 404, 1.0, "none"))  # unknown model
+        events.append(
+            RequestEvent(
+                ts=at,
+                request_id="r",
+                tenant="t",
+                model="embed",
+                backend="fake",
+                status=404,
+                latency_ms=2.0,
+                cache="miss",
+                namespace="ns2",
+                similarity=0.85,
+            )
+        )
+    events.append(
+        RequestEvent(
+            ts=at,
+            request_id="r",
+            tenant="t",
+            model="nope",
+            backend=None,
+            status=404,
+            latency_ms=1.0,
+            cache="none",
+        )
+    )  # unknown model
     report = cache_report([dataclasses.asdict(e) for e in events], query, {})
     totals = report["totals"]
     assert (totals["requests"], totals["lookups"], totals["misses"]) == (6, 3, 1)
@@ -359,8 +403,27 @@ def test_bad_hit_reports_are_counted_apart_from_requests() -> None:
     query = ReportQuery.parse("1h", now=NOW)
     at = NOW.timestamp() - 1
     reported = [
-        RequestEvent(at, "r", "t", "echo", None, 200, 1.0, "reported", "ns1"),
-        RequestEvent(at, "r", "t", None, None, 404, 1.0, "reported"),
+        RequestEvent(
+            ts=at,
+            request_id="r",
+            tenant="t",
+            model="echo",
+            backend=None,
+            status=200,
+            latency_ms=1.0,
+            cache="reported",
+            namespace="ns1",
+        ),
+        RequestEvent(
+            ts=at,
+            request_id="r",
+            tenant="t",
+            model=None,
+            backend=None,
+            status=404,
+            latency_ms=1.0,
+            cache="reported",
+        ),
     ]
     events = [dataclasses.asdict(e) for e in (event(at, "exact", saved_tokens=3), *reported)]
     report = cache_report(events, query, {})

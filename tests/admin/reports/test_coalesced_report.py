@@ -20,10 +20,53 @@ def test_coalesced_requests_are_counted_apart_and_their_tokens_saved() -> None:
     at = NOW.timestamp() - 60
     saved = {"saved_tokens": 30, "saved_prompt_tokens": 10, "saved_completion_tokens": 20}
     events = [
-        RequestEvent(at, "r1", "t", "echo", "fake", 200, 900.0, "miss", "ns1"),
-        RequestEvent(at, "r2", "t", "echo", "fake", 200, 880.0, "coalesced", "ns1", **saved),
-        RequestEvent(at, "r3", "t", "echo", "fake", 200, 870.0, "coalesced", "ns1", **saved),
-        RequestEvent(at, "r4", "t", "echo", "fake", 200, 2.0, "exact", "ns1", **saved),
+        RequestEvent(
+            ts=at,
+            request_id="r1",
+            tenant="t",
+            model="echo",
+            backend="fake",
+            status=200,
+            latency_ms=900.0,
+            cache="miss",
+            namespace="ns1",
+        ),
+        RequestEvent(
+            ts=at,
+            request_id="r2",
+            tenant="t",
+            model="echo",
+            backend="fake",
+            status=200,
+            latency_ms=880.0,
+            cache="coalesced",
+            namespace="ns1",
+            **saved,
+        ),
+        RequestEvent(
+            ts=at,
+            request_id="r3",
+            tenant="t",
+            model="echo",
+            backend="fake",
+            status=200,
+            latency_ms=870.0,
+            cache="coalesced",
+            namespace="ns1",
+            **saved,
+        ),
+        RequestEvent(
+            ts=at,
+            request_id="r4",
+            tenant="t",
+            model="echo",
+            backend="fake",
+            status=200,
+            latency_ms=2.0,
+            cache="exact",
+            namespace="ns1",
+            **saved,
+        ),
     ]
     pricing = {"echo": Price(input_per_1m_tokens=1.0, output_per_1m_tokens=4.0)}
     query = ReportQuery.parse("1h", now=NOW)

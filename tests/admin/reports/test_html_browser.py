@@ -331,7 +331,18 @@ SPAN = ReportQuery.parse("2026-11-22T00:00:00Z", "2026-11-22T01:00:00Z")
 
 def request(cache: str, model: str = "echo", status: int = 200, **fields: Any) -> dict[str, Any]:
     at = SPAN.start + 600
-    record = RequestEvent(at, "req", "acme", model, "fake", status, 5.0, cache, "ns", **fields)
+    record = RequestEvent(
+        ts=at,
+        request_id="req",
+        tenant="acme",
+        model=model,
+        backend="fake",
+        status=status,
+        latency_ms=5.0,
+        cache=cache,
+        namespace="ns",
+        **fields,
+    )
     return dataclasses.asdict(record)
 
 

@@ -56,9 +56,20 @@ async def watched() -> AsyncIterator[LoopLag]:
 def request(i: int, at: float) -> RequestEvent:
     backend = "fake" if i % 2 else "big"
     return RequestEvent(
-        at, f"r{i}", f"t{i % 7}", "echo", backend, 200, 12.5, TIERS[i % len(TIERS)],
-        f"ns{i % 50}", 0.9, 10, 20, cold_wait_ms=5.0 if i % 100 == 0 else None,
-    )  # fmt: skip
+        ts=at,
+        request_id=f"r{i}",
+        tenant=f"t{i % 7}",
+        model="echo",
+        backend=backend,
+        status=200,
+        latency_ms=12.5,
+        cache=TIERS[i % len(TIERS)],
+        namespace=f"ns{i % 50}",
+        similarity=0.9,
+        prompt_tokens=10,
+        completion_tokens=20,
+        cold_wait_ms=5.0 if i % 100 == 0 else None,
+    )
 
 
 def cold_start(i: int, at: float) -> dict[str, object]:
