@@ -50,6 +50,7 @@ from cache.entry import CacheEntry, Vector
 from cache.index import IndexConfig, VectorIndex
 from cache.search_batch import SearchBatcher
 from cache.store import BackgroundLoops, CacheUnavailable, check_entry
+from common.backoff import Backoff
 from common.redis_client import RedisFactory
 
 logger = logging.getLogger(__name__)
@@ -333,21 +334,22 @@ class RedisCacheStore:
             self._expired += int(removed)
 
     async def _tail_forever(self) -> None:
-        delay = self._retry_s[0]
+        backoff = Backoff(self._retry_s[0], self._retry_s[1], jitter="none")
+        failures = 0
         while True:
             try:
                 if self._need_sync:
                     await self._resync()
                 await self._tail_once()
-                delay = self._retry_s[0]
+                failures = 0
             except Exception as exc:  # Redis gone, or a bug: either way rebuild, never die
+                failures += 1
                 if not isinstance(exc, CacheUnavailable):
                     logger.exception("cache stream tailer failed")
-                elif delay == self._retry_s[0]:
+                elif failures == 1:
                     logger.warning("cache stream lost, retrying: %s", exc)
                 self._need_sync = True
-                await anyio.sleep(delay)
-                delay = min(delay * 2, self._retry_s[1])
+                await anyio.sleep(backoff.delay_s(failures))
 
     async def _tail_once(self) -> None:
         with _unavailable():
