@@ -63,11 +63,13 @@ chromium:
 # The checks, the browser and the engine's venv are independent: made side by side (the
 # installs wait on the network as much as on the cores), each one's output kept together.
 # Two test processes (pytest-xdist): most tests wait on the processes they start, not on the
-# cores; the real-engine tests stay together on one of them (tests/engine/shared.py).
+# cores. A module's tests run on one of them, in order (`loadscope`): its fixtures (gateways)
+# start once, and some tests read what earlier ones of their module left. The real engine is
+# started once for both (tests/engine/shared.py).
 TEST_WORKERS ?= 2
 test:
 	$(MAKE) -j3 --output-sync=target check chromium engine
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadscope
 
 # The same suite under coverage, the gateway and worker processes it starts included
 # (pyproject.toml [tool.coverage.run]): slower, since every process it starts is measured.

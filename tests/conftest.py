@@ -44,17 +44,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[SHARED_ENGINE] = share_with_workers()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test`, `--dist loadgroup`): a module's tests run on one
-    worker, in order, as they were written to (module fixtures such as a gateway are
-    started once, and some tests read what earlier ones left in them); the real-engine
-    tests, two modules, together on one worker, with the engine they share."""
-    for item in items:
-        path = item.path.relative_to(config.rootpath)
-        group = "tests/engine" if path.parts[:2] == ("tests", "engine") else path.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     folder = config.stash.get(SHARED_ENGINE, None)
     if folder is not None:  # every worker is done: the engine one of them started stops

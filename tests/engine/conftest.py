@@ -34,9 +34,9 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     """When the run holds real-engine tests, the engine starts now, in the background, and
-    those tests go last (on one xdist worker: tests/conftest.py): its 60-90 s start
-    overlaps the rest of the suite instead of adding to it (most of the suite waits on
-    sockets, not on the cores)."""
+    those tests go last (under xdist, `--dist loadscope`: each module on one worker): its
+    60-90 s start overlaps the rest of the suite instead of adding to it (most of the suite
+    waits on sockets, not on the cores)."""
     here = Path(__file__).parent
     engine_items = [item for item in items if here in item.path.parents]
     if not engine_items:
