@@ -53,6 +53,8 @@ class StreamSpec:
     stream: bool
     header_timeout_s: float | None  # sent as x-request-timeout (None: not sent)
     client_timeout_s: float  # the client gives up after this
+    # Bodies by arrival: the stream's n-th request sends variants[n % len] (empty: `body`).
+    variants: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class PhaseSpec:
     actions: list[Action] = field(default_factory=list)
     polls: list[Poll] = field(default_factory=list)
     headers: list[str] = field(default_factory=list)  # response headers kept per request
+    # Several gateway replicas: a stream's n-th request goes to urls[n % len] (empty: `url`),
+    # so that each replica sees every tenant's share.
+    urls: list[str] = field(default_factory=list)
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)
@@ -147,20 +152,22 @@ class _Phase:
         self.spec = spec
         self.records: list[Record] = []
         self.kept: list[list[str | None]] = []  # spec.headers' values, per record
-        self.bodies = [s.body.encode() for s in spec.streams]
+        self.bodies = [[v.encode() for v in s.variants] or [s.body.encode()] for s in spec.streams]
+        self.urls = spec.urls or [spec.url]
         self.headers = [_headers(s) for s in spec.streams]
         self.timeouts = [aiohttp.ClientTimeout(total=s.client_timeout_s) for s in spec.streams]
         self.start = 0.0
 
-    async def one(self, index: int) -> None:
+    async def one(self, index: int, nth: int) -> None:
         stream = self.spec.streams[index]
+        bodies = self.bodies[index]
         sent = time.perf_counter()
         first_ms, status, code, timed_out, tokens = float("nan"), 0, None, False, 0
         kept: list[str | None] = [None] * len(self.spec.headers)
         try:
             async with self.session.post(
-                self.spec.url,
-                data=self.bodies[index],
+                self.urls[nth % len(self.urls)],
+                data=bodies[nth % len(bodies)],
                 headers=self.headers[index],
                 timeout=self.timeouts[index],
             ) as answer:
@@ -227,11 +234,13 @@ def _headers(stream: StreamSpec) -> dict[str, str]:
     return headers
 
 
-def _plan(spec: PhaseSpec) -> list[tuple[float, int]]:
-    plan: list[tuple[float, int]] = []
+def _plan(spec: PhaseSpec) -> list[tuple[float, int, int]]:
+    """(send time, stream index, the stream's arrival number), in time order."""
+    plan: list[tuple[float, int, int]] = []
     for index, stream in enumerate(spec.streams):
         rng = random.Random(spec.seed * 1000 + index)
-        plan.extend((t, index) for t in arrivals(stream.rate, spec.duration_s, rng))
+        times = arrivals(stream.rate, spec.duration_s, rng)
+        plan.extend((t, index, nth) for nth, t in enumerate(times))
     plan.sort()
     return plan
 
@@ -245,12 +254,12 @@ async def _run_phase(session: Any, spec: PhaseSpec) -> PhaseResult:
     phase.start = start = time.perf_counter()
     side = [asyncio.ensure_future(phase.act(a)) for a in spec.actions]
     polls = [asyncio.ensure_future(phase.poll(p)) for p in spec.polls]
-    for planned, index in plan:
+    for planned, index, nth in plan:
         delay = start + planned - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         lags.append((time.perf_counter() - start - planned) * 1000.0)
-        task = asyncio.create_task(phase.one(index))
+        task = asyncio.create_task(phase.one(index, nth))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     left_s = start + spec.cutoff_s - time.perf_counter()
@@ -278,7 +287,7 @@ async def _serve() -> None:
     import aiohttp
 
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    reader = asyncio.StreamReader(limit=256 * 2**20)  # a phase may carry every body
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
     async with aiohttp.ClientSession(

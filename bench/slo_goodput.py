@@ -1,0 +1,867 @@
+"""SLO goodput (issue 38): what the gateway's traffic control buys in front of a real
+continuous-batching engine, counted as answers that meet their latency objective and
+compared with the bare engine at the same offered load, in the same run.
+
+Set-up, all real processes on loopback:
+
+- the engine: vLLM's CPU build (`make engine`, backends/local_vllm.py: the 17M-parameter
+  random Llama, `--scheduling-policy priority`, prefix caching on, as a user runs it), or
+  with `--engine fake` bench/fake_engine.py (a modelled A100, fast to start);
+- the mix, open-loop Poisson arrivals (bench/capacity_loadgen.py, its own process), three
+  tenants: `interactive` (class interactive, streamed, a conversation-like mix) and `batch`
+  and `noisy` (class batch, whole answers, a code-like mix: long prompts, short answers).
+  Lengths are heavy-tailed: lognormal, clipped to the model's 1,024 tokens (`MIX`), shaped
+  like the two mixes of the Azure LLM inference trace 2023 (Patel et al., Splitwise, ISCA
+  2024: conversation prompts ~1k tokens with ~130-token answers, code prompts ~1.5-2k with
+  ~15) and scaled down 8x to this model's context. Not fitted to any trace file (none is
+  here) and not tuned on: every run draws a fresh seed, printed with every line, and
+  `--seed` replays one. Each prompt starts with a token of its own, so the prefix cache
+  finds nothing shared. Output is exactly `max_tokens` (`ignore_eos`).
+  Shares at load 1: interactive 60%, batch 25%, noisy 15%; below 1 all scaled down, above
+  1 the noisy tenant sends the excess. Load 1 is the bare engine's throughput of the mix
+  measured first (a closed loop of 64 clients straight to it): a measured ceiling, not a
+  searched capacity.
+- deadlines: interactive sends `x-request-timeout: 5` and gives up at 6 s; batch 15 and
+  18 s. The bare engine gets no deadline (it has no such header) and the `priority` the
+  gateway would add (its best configuration): a client that gives up closes its
+  connection, which aborts the request in the engine.
+
+The objective (SLO) per class, from the bare engine unloaded (interactive requests only,
+at 4% of load 1, first in the run):
+    interactive  answered in full within its deadline, time to first token within 2x the
+                 unloaded p99, and for streams of at least 64 tokens time per output token
+                 ((latency - first token) / (tokens - 1)) within 2x the unloaded p99
+    batch        answered in full within its deadline
+SLO goodput: answers that meet their SLO, sent in the measured window, per second
+(DistServe, OSDI 2024). Its ratio to the bare engine's at the same load and seed (the same
+arrivals and prompts) is the headline.
+
+Modes, one gateway each (replicas: `--replicas`, requests split evenly), backend `gpu`:
+    bare              no gateway: straight to the engine
+    fixed             concurrency.mode fixed, max_concurrency = the engine's mean running
+                      count in the bare load-1 phase (the best hand-set limit)
+    adaptive-metrics  engine vllm, priority_scheduling true, no capacity given
+    adaptive-latency  engine none, no capacity given
+    uncontrolled      concurrency.mode fixed, max_concurrency 4096
+For each repeat (seed, seed+1, ...) and each load (1 first, for `fixed`'s limit): bare,
+then each mode, the engine and gateways left to go idle in between.
+
+`--pin on` runs the engine on the first CPU and everything else (gateways, load
+generator, this script) on the others, so that the gateway's CPU does not slow the engine
+(on a GPU it would not); `off` (default) shares them, as on this 2-core machine.
+
+Metrics (JSON lines; every line has bench, seed, engine, replicas, pinned, and per phase
+mode and load; class where it says):
+    bound_rps, unloaded_ttft_p99_ms, unloaded_tpot_p99_ms   the references
+    fixed_limit
+    slo_goodput_rps             all, and by class
+    slo_goodput_ratio_vs_bare   all, and by class (gateway modes)
+    ttft_p50_ms, ttft_p99_ms    interactive, answered
+    p99_ratio_vs_engine_unloaded  ttft_p99_ms / the unloaded p99
+    ttft_p50_ratio_vs_bare, ttft_p99_ratio_vs_bare   (gateway modes)
+    tpot_p99_ms, tpot_p99_ratio_vs_unloaded   interactive streams of >= 64 tokens
+    throughput_ratio_vs_bare    output tokens per second of answers completed in the window
+    client_timeouts             requests the client gave up on (whole phase)
+    refused_share, refusal_latency_p99_ms   429 and 503
+    jain_fairness               class batch: Jain's index over its tenants of SLO goodput
+                                / max-min fair share (water-filling by offered rate)
+    concurrency_limit_mean, in_flight_mean, queued_mean   from /readyz (summed over
+                                replicas), engine_running_mean, engine_waiting_mean (its
+                                /metrics), preemptions (its counter over the phase)
+    loadgen_lag_p99_ms
+With `--repeats` > 1, each metric of a (mode, load, class) again with `repeat: "all"`: the
+median, and `low` and `high` over the repeats. Last, `target_met` per adaptive mode (the
+issue's targets, on the last repeat's figures or the medians).
+
+Run:
+    python bench/slo_goodput.py --quick             # vLLM, one repeat: ~4 minutes
+    python bench/slo_goodput.py --quick --engine fake
+    python bench/slo_goodput.py --repeats 3 --replicas 2 --pin on   # every mode, full
+
+Exits 0 once the figures are printed, whatever they are; non-zero only when it could not
+measure (a server that did not start, a gateway that refused its configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import os
+import random
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
+
+import httpx  # noqa: E402
+import orjson  # noqa: E402
+
+from backends.local_vllm import (  # noqa: E402
+    ENGINE_NAME,
+    command_line,
+    default_model,
+    engine_python,
+    environment,
+)
+from backends.worker.tiny_model import VLLM, write_tiny_chat_model  # noqa: E402
+from bench.capacity_loadgen import (  # noqa: E402
+    CapacityLoadGenerator,
+    PhaseResult,
+    PhaseSpec,
+    Poll,
+    Record,
+    StreamSpec,
+)
+from bench.measure import percentile  # noqa: E402
+from bench.overload import jain, max_min_shares, start_all  # noqa: E402
+from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
+from tests.support.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
+
+BENCH = "slo_goodput"
+MODEL = "bench-llm"
+CHAT_PATH = "/v1/chat/completions"
+TENANTS = ("interactive", "batch", "noisy")
+CLASS_OF = {"interactive": "interactive", "batch": "batch", "noisy": "batch"}
+RANK = {"interactive": 0, "batch": 1}
+KEYS = {tenant: f"sk-slo-{tenant}" for tenant in TENANTS}
+SHARES = {"interactive": 0.6, "batch": 0.25, "noisy": 0.15}
+# (x-request-timeout sent, when the client gives up), seconds, by class
+DEADLINES = {"interactive": (5.0, 6.0), "batch": (15.0, 18.0)}
+SLO_FACTOR = 2.0  # the objective: within this many times the unloaded p99
+TPOT_MIN_TOKENS = 64  # time per output token is judged on streams at least this long
+UNLOADED_LOAD = 0.04  # the unloaded reference's rate, of load 1 (interactive only)
+UNCONTROLLED_LIMIT = 4096
+MODES = ("bare", "fixed", "adaptive-metrics", "adaptive-latency", "uncontrolled")
+ADAPTIVE = ("adaptive-metrics", "adaptive-latency")
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Lognormal prompt and output lengths in tokens: (median, sigma), clipped."""
+
+    prompt_median: float
+    prompt_sigma: float
+    prompt_max: int
+    output_median: float
+    output_sigma: float
+    output_max: int
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        prompt = rng.lognormvariate(math.log(self.prompt_median), self.prompt_sigma)
+        output = rng.lognormvariate(math.log(self.output_median), self.output_sigma)
+        return (
+            max(8, min(self.prompt_max, round(prompt))),
+            max(2, min(self.output_max, round(output))),
+        )
+
+
+# conversation-like (interactive) and code-like (batch): see the module docstring
+MIX = {
+    "interactive": Lengths(128, 1.0, 640, 32, 1.0, 256),
+    "batch": Lengths(192, 0.9, 768, 16, 1.2, 192),
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    quick: bool
+    window_s: float  # arrivals drawn in [0, window_s)
+    warm_s: float  # requests sent before this are not measured
+    unloaded_s: float
+    bound_s: float
+    loads: tuple[float, ...]  # 1 first: `fixed` takes its limit from the bare load-1 phase
+
+
+QUICK = Plan(True, window_s=10.0, warm_s=2.0, unloaded_s=25.0, bound_s=6.0, loads=(1.0, 0.3, 5.0))
+FULL = Plan(
+    False, window_s=30.0, warm_s=5.0, unloaded_s=60.0, bound_s=10.0, loads=(1.0, 0.3, 0.5, 5.0)
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every line says about the run."""
+
+    seed: int
+    engine: str
+    replicas: int
+    pinned: bool
+
+
+def emit(run: Run, metric: str, value: float | int | None, unit: str, **parameters: Any) -> None:
+    if isinstance(value, float):
+        value = None if math.isnan(value) else round(value, 4)
+    line = {
+        "bench": BENCH,
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        "seed": run.seed,
+        "engine": run.engine,
+        "replicas": run.replicas,
+        "pinned": run.pinned,
+        **parameters,
+    }
+    sys.stdout.write(orjson.dumps(line).decode() + "\n")
+    sys.stdout.flush()
+
+
+def progress(message: str) -> None:
+    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
+    sys.stderr.flush()
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else float("nan")
+
+
+# --- the workload ---------------------------------------------------------------------------
+
+
+def offered(load: float) -> dict[str, float]:
+    """Each tenant's rate as a fraction of load 1: scaled below it, the excess to `noisy`."""
+    if load <= 1.0:
+        return {tenant: share * load for tenant, share in SHARES.items()}
+    return {**SHARES, "noisy": SHARES["noisy"] + load - 1.0}
+
+
+class Bodies:
+    """Request bodies for the engine measured: vLLM's tokenizer counts a short word as a
+    token, the fake engine four characters."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def prompt(self, tokens: int, rng: random.Random) -> str:
+        tag = f"r{rng.randrange(10**9)}"  # no prefix shared with another request
+        if self.kind == "vllm":
+            return tag + " word" * max(1, tokens - 2)
+        return tag + "w" * max(0, 4 * tokens - len(tag))
+
+    def body(self, tenant: str, lengths: tuple[int, int], direct: bool, rng: random.Random) -> str:
+        klass = CLASS_OF[tenant]
+        prompt, output = lengths
+        fields: dict[str, Any] = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": self.prompt(prompt, rng)}],
+            "max_tokens": output,
+        }
+        if self.kind == "vllm":
+            fields["ignore_eos"] = True
+        if klass == "interactive":
+            fields |= {"stream": True, "stream_options": {"include_usage": True}}
+        if direct:  # what the gateway adds with priority_scheduling
+            fields["priority"] = RANK[klass]
+        return orjson.dumps(fields).decode()
+
+    def variants(
+        self, tenant: str, count: int, seed: int, direct: bool, long_output: bool = False
+    ) -> list[str]:
+        """`count` bodies for a tenant, the same for every mode at a seed (`direct` only
+        adds the priority). `long_output`: every other one writes at least TPOT_MIN_TOKENS,
+        so that the unloaded reference has time-per-token samples too."""
+        rng = random.Random(f"{seed}/{tenant}/{long_output}")
+        bodies = []
+        for n in range(count):
+            prompt, output = MIX[CLASS_OF[tenant]].draw(rng)
+            if long_output and n % 2:
+                output = max(output, TPOT_MIN_TOKENS)
+            bodies.append(self.body(tenant, (prompt, output), direct, rng))
+        return bodies
+
+
+def streams(
+    bodies: Bodies,
+    rates: dict[str, float],
+    duration_s: float,
+    seed: int,
+    direct: bool,
+    long_output: bool = False,
+) -> list[StreamSpec]:
+    result = []
+    for tenant in TENANTS:
+        if rates.get(tenant, 0.0) <= 0:
+            continue
+        header_s, client_s = DEADLINES[CLASS_OF[tenant]]
+        count = int(rates[tenant] * duration_s * 1.5) + 20  # more than the arrivals drawn
+        result.append(
+            StreamSpec(
+                tenant,
+                None if direct else KEYS[tenant],
+                rates[tenant],
+                "",
+                CLASS_OF[tenant] == "interactive",
+                None if direct else header_s,
+                client_s,
+                variants=bodies.variants(tenant, count, seed, direct, long_output),
+            )
+        )
+    return result
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+class Engine:
+    """The engine's process: vLLM's CPU build or the fake."""
+
+    def __init__(self, kind: str, work_dir: Path) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        log = work_dir / f"engine-{port}.log"
+        if kind == "vllm":
+            model = write_tiny_chat_model(default_model(), shape=VLLM)
+            command = command_line(engine_python(), model, port, name=MODEL)
+            server = ServerProcess(command, self.url + "/health", log, env=environment())
+            self.server = server.start(timeout_s=400)
+        else:
+            command = [sys.executable, "-m", "bench.fake_engine", "--port", str(port)]
+            command += ["--scheduling-policy", "priority", "--model", MODEL]
+            self.server = ServerProcess(command, self.url + "/health", log).start()
+
+    def scrape(self) -> Any:
+        return parse_metrics("vllm", httpx.get(self.url + "/metrics", timeout=10).text)
+
+    def wait_idle(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            sample = self.scrape()
+            if not sample.running and not sample.waiting:
+                return
+            time.sleep(0.2)
+        progress(f"engine still busy after {timeout_s:g} s")
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def measured_bound_rps(engine: Engine, bodies: Bodies, seconds: float, seed: int) -> float:
+    """The engine's completions per second of the mix (load-1 shares, whole answers) under
+    a closed loop of 64 clients straight to it."""
+    import asyncio
+
+    rng = random.Random(f"{seed}/bound")
+    tenants = [t for t, share in SHARES.items() for _ in range(round(share * 20))]
+    pool = [bodies.body(t, MIX[CLASS_OF[t]].draw(rng), True, rng) for t in tenants * 20]
+    pool = [orjson.dumps({**orjson.loads(b), "stream": False}).decode() for b in pool]
+
+    async def client(http: httpx.AsyncClient, index: int, until: float, done: list[int]) -> None:
+        n = index
+        while time.monotonic() < until:
+            n += 64
+            answer = await http.post(CHAT_PATH, content=pool[n % len(pool)])
+            if answer.status_code == 200:
+                done.append(1)
+
+    async def run() -> float:
+        done: list[int] = []
+        limits = httpx.Limits(max_connections=64)
+        headers = {"content-type": "application/json"}
+        async with httpx.AsyncClient(
+            base_url=engine.url, timeout=120, limits=limits, headers=headers
+        ) as http:
+            started = time.monotonic()
+            await asyncio.gather(*(client(http, i, started + seconds, done) for i in range(64)))
+            return len(done) / (time.monotonic() - started)
+
+    return asyncio.run(run())
+
+
+def gateway_config(
+    engine_url: str, work_dir: Path, mode: str, limit: int, name: str
+) -> dict[str, Any]:
+    backend: dict[str, Any] = {
+        "name": "gpu",
+        "kind": "http",
+        "base_url": engine_url + "/v1",
+        "models": [MODEL],
+    }
+    if mode == "fixed":
+        backend |= {"max_concurrency": limit, "concurrency": {"mode": "fixed"}}
+    elif mode == "adaptive-metrics":
+        backend |= {"engine": "vllm", "priority_scheduling": True}
+    elif mode == "adaptive-latency":
+        backend |= {"engine": "none"}
+    else:
+        backend |= {"max_concurrency": UNCONTROLLED_LIMIT, "concurrency": {"mode": "fixed"}}
+    return {
+        "state": {"url": "memory", "path": str(work_dir / f"state-{name}.json")},
+        "cache": {"enabled": False},
+        "backends": [backend],
+        "tenants": [
+            {
+                "name": tenant,
+                "priority": CLASS_OF[tenant],
+                "keys": [{"sha256": hashlib.sha256(key.encode()).hexdigest()}],
+            }
+            for tenant, key in KEYS.items()
+        ],
+    }
+
+
+def capacity_view(readyz: str) -> dict[str, Any]:
+    """The first backend's entry of /readyz's `capacity` ({} if none)."""
+    try:
+        views = orjson.loads(readyz).get("capacity") or {}
+        view: Any = next(iter(views.values()), {})
+    except (orjson.JSONDecodeError, AttributeError, TypeError):
+        return {}
+    return view if isinstance(view, dict) else {}
+
+
+def wait_gateways_idle(gateways: list[Gateway], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    for gateway in gateways:
+        while time.monotonic() < deadline:
+            answer = httpx.get(gateway.url + "/readyz", timeout=10, headers=OPERATOR)
+            view = capacity_view(answer.text)
+            if not view.get("in_flight") and not view.get("queued"):
+                break
+            time.sleep(0.1)
+
+
+# --- one phase's figures ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Objective:
+    ttft_ms: float  # interactive time to first token, at most
+    tpot_ms: float  # interactive time per output token (streams >= TPOT_MIN_TOKENS), at most
+
+
+def tpot_ms(record: Record) -> float:
+    return (record[3] - record[2]) / (record[7] - 1) if record[7] > 1 else float("nan")
+
+
+def answered(record: Record) -> bool:
+    return record[4] == 200 and record[5] is None
+
+
+def meets(record: Record, klass: str, objective: Objective) -> bool:
+    if not answered(record) or record[3] > DEADLINES[klass][0] * 1000.0:
+        return False
+    if klass == "batch":
+        return True
+    if record[2] > objective.ttft_ms:
+        return False
+    return record[7] < TPOT_MIN_TOKENS or tpot_ms(record) <= objective.tpot_ms
+
+
+@dataclass
+class Phase:
+    result: PhaseResult
+    tenants: list[str]  # by stream index
+    window: tuple[float, float]
+
+    def records(self, klass: str | None = None, tenant: str | None = None) -> list[Record]:
+        low, high = self.window
+        return [
+            r
+            for r in self.result.records
+            if low <= r[1] < high
+            and (klass is None or CLASS_OF[self.tenants[r[0]]] == klass)
+            and (tenant is None or self.tenants[r[0]] == tenant)
+        ]
+
+    @property
+    def seconds(self) -> float:
+        return self.window[1] - self.window[0]
+
+    def slo_goodput(
+        self, objective: Objective, klass: str | None = None, tenant: str | None = None
+    ) -> float:
+        kept = self.records(klass, tenant)
+        good = [r for r in kept if meets(r, CLASS_OF[self.tenants[r[0]]], objective)]
+        return len(good) / self.seconds
+
+    def ttfts(self) -> list[float]:
+        return [r[2] for r in self.records("interactive") if answered(r)]
+
+    def tpots(self) -> list[float]:
+        kept = self.records("interactive")
+        return [tpot_ms(r) for r in kept if answered(r) and r[7] >= TPOT_MIN_TOKENS]
+
+    def tokens_per_s(self) -> float:
+        """Output tokens of answers completed inside the window, per second."""
+        low, high = self.window
+        done = [r for r in self.result.records if answered(r) and low <= r[1] + r[3] / 1000 < high]
+        return sum(r[7] for r in done) / self.seconds
+
+    def polled(self, prefix: str) -> list[list[str]]:
+        """Each poll's texts whose name starts with `prefix` taken in the window, by poll."""
+        low, high = self.window
+        return [
+            [text for at, text in samples if low <= at < high]
+            for name, samples in self.result.polls.items()
+            if name.startswith(prefix)
+        ]
+
+
+def figures(
+    phase: Phase, objective: Objective, rates: dict[str, float]
+) -> dict[tuple[str, str | None], float]:
+    """(metric, class) -> value for one phase."""
+    out: dict[tuple[str, str | None], float] = {}
+    out[("slo_goodput_rps", None)] = phase.slo_goodput(objective)
+    for klass in RANK:
+        out[("slo_goodput_rps", klass)] = phase.slo_goodput(objective, klass)
+    ttfts, tpots = phase.ttfts(), phase.tpots()
+    out[("ttft_p50_ms", None)] = percentile(ttfts, 50)
+    out[("ttft_p99_ms", None)] = percentile(ttfts, 99)
+    out[("p99_ratio_vs_engine_unloaded", None)] = ratio(
+        percentile(ttfts, 99), objective.ttft_ms / SLO_FACTOR
+    )
+    out[("tpot_p99_ms", None)] = percentile(tpots, 99)
+    out[("tpot_p99_ratio_vs_unloaded", None)] = ratio(
+        percentile(tpots, 99), objective.tpot_ms / SLO_FACTOR
+    )
+    out[("output_tokens_per_s", None)] = phase.tokens_per_s()
+    records = phase.result.records
+    out[("client_timeouts", None)] = sum(1 for r in records if r[6])
+    refusals = [r[3] for r in phase.records() if r[4] in (429, 503)]
+    out[("refused_share", None)] = ratio(len(refusals), len(phase.records()))
+    out[("refusal_latency_p99_ms", None)] = percentile(refusals, 99)
+    batch = [t for t in TENANTS if CLASS_OF[t] == "batch"]
+    goodput = {t: phase.slo_goodput(objective, tenant=t) for t in batch}
+    fair = max_min_shares({t: rates[t] for t in batch}, sum(goodput.values()))
+    out[("jain_fairness", "batch")] = jain([ratio(goodput[t], fair[t]) for t in batch])
+    out.update(load_figures(phase))
+    out[("loadgen_lag_p99_ms", None)] = phase.result.lag_p99_ms
+    return out
+
+
+def load_figures(phase: Phase) -> dict[tuple[str, str | None], float]:
+    out: dict[tuple[str, str | None], float] = {}
+    replicas = phase.polled("readyz")
+    if replicas:
+        for metric, key in (
+            ("concurrency_limit_mean", "limit"),
+            ("in_flight_mean", "in_flight"),
+            ("queued_mean", "queued"),
+        ):
+            means = [mean(capacity_view(text).get(key) for text in texts) for texts in replicas]
+            out[(metric, None)] = sum(means)
+    engine = next(iter(phase.polled("engine")), [])
+    samples = [parse_metrics("vllm", text) for text in engine if not text.startswith("error")]
+    out[("engine_running_mean", None)] = mean(s.running for s in samples)
+    out[("engine_waiting_mean", None)] = mean(s.waiting for s in samples)
+    preempted = [s.preemptions for s in samples if s.preemptions is not None]
+    out[("preemptions", None)] = preempted[-1] - preempted[0] if preempted else float("nan")
+    return out
+
+
+def mean(values: Iterable[Any]) -> float:
+    kept = [float(v) for v in values if isinstance(v, int | float)]
+    return statistics.fmean(kept) if kept else float("nan")
+
+
+UNITS = {
+    "slo_goodput_rps": "req/s",
+    "output_tokens_per_s": "tokens/s",
+    "client_timeouts": "requests",
+    "refused_share": "fraction",
+    "jain_fairness": "index",
+    "preemptions": "requests",
+    "engine_running_mean": "requests",
+    "engine_waiting_mean": "requests",
+    "concurrency_limit_mean": "requests",
+    "in_flight_mean": "requests",
+    "queued_mean": "requests",
+}
+
+
+def unit_of(metric: str) -> str:
+    if metric in UNITS:
+        return UNITS[metric]
+    return "ratio" if "ratio" in metric else "ms"
+
+
+def versus_bare(
+    own: dict[tuple[str, str | None], float], bare: dict[tuple[str, str | None], float]
+) -> dict[tuple[str, str | None], float]:
+    out: dict[tuple[str, str | None], float] = {}
+    for klass in (None, *RANK):
+        out[("slo_goodput_ratio_vs_bare", klass)] = ratio(
+            own[("slo_goodput_rps", klass)], bare[("slo_goodput_rps", klass)]
+        )
+    out[("throughput_ratio_vs_bare", None)] = ratio(
+        own[("output_tokens_per_s", None)], bare[("output_tokens_per_s", None)]
+    )
+    for q in ("p50", "p99"):
+        out[(f"ttft_{q}_ratio_vs_bare", None)] = ratio(
+            own[(f"ttft_{q}_ms", None)], bare[(f"ttft_{q}_ms", None)]
+        )
+    return out
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+Figures = dict[tuple[str, str | None], float]
+
+
+class Bench:
+    def __init__(self, plan: Plan, kind: str, work_dir: Path, run: Run, modes: list[str]) -> None:
+        self.plan = plan
+        self.kind = kind
+        self.work_dir = work_dir
+        self.run = run
+        self.modes = modes
+        self.bodies = Bodies(kind)
+        self.engine: Engine | None = None
+        self.loadgen: CapacityLoadGenerator | None = None
+        self.gateways: dict[str, list[Gateway]] = {}
+        self.results: dict[tuple[int, str, float], Figures] = {}  # (seed, mode, load)
+
+    def start(self, pin: bool) -> None:
+        cpus = sorted(os.sched_getaffinity(0))
+        if pin:
+            if len(cpus) < 2:
+                raise RuntimeError("--pin on needs at least 2 CPUs")
+            os.sched_setaffinity(0, {cpus[0]})  # the engine and its children inherit it
+        progress(f"starting the engine ({self.run.engine})")
+        self.engine = Engine(self.kind, self.work_dir)
+        if pin:
+            os.sched_setaffinity(0, set(cpus[1:]))
+        self.loadgen = CapacityLoadGenerator().start()
+
+    def stop(self) -> None:
+        for replicas in self.gateways.values():
+            for gateway in replicas:
+                gateway.stop()
+        if self.loadgen is not None:
+            self.loadgen.stop()
+        if self.engine is not None:
+            self.engine.stop()
+
+    def phase(
+        self,
+        mode: str,
+        load: float,
+        seed: int,
+        rates: dict[str, float],
+        duration_s: float,
+        long_output: bool = False,
+    ) -> Phase:
+        assert self.engine is not None and self.loadgen is not None
+        direct = mode == "bare"
+        replicas = self.gateways.get(mode, [])
+        urls = [self.engine.url + CHAT_PATH] if direct else [g.url + CHAT_PATH for g in replicas]
+        specs = streams(self.bodies, rates, duration_s, seed, direct, long_output)
+        client_s = max(DEADLINES[CLASS_OF[s.tenant]][1] for s in specs)
+        polls = [Poll("engine", self.engine.url + "/metrics", 0.5, 0.0, duration_s)]
+        polls += [
+            Poll(f"readyz-{i}", g.url + "/readyz", 0.5, 0.0, duration_s, headers=OPERATOR)
+            for i, g in enumerate(replicas)
+        ]
+        spec = PhaseSpec(
+            url=urls[0],
+            duration_s=duration_s,
+            cutoff_s=duration_s + client_s + 1.0,
+            seed=seed * 100 + round(load * 10),
+            streams=specs,
+            polls=polls,
+            urls=urls,
+        )
+        result = self.loadgen.run(spec)
+        self.engine.wait_idle()
+        wait_gateways_idle(replicas)
+        return Phase(result, [s.tenant for s in specs], (self.plan.warm_s, duration_s))
+
+    def objective(self, seed: int) -> Objective:
+        rates = {"interactive": UNLOADED_LOAD * self.bound}
+        phase = self.phase("bare", UNLOADED_LOAD, seed, rates, self.plan.unloaded_s, True)
+        ttft, tpot = percentile(phase.ttfts(), 99), percentile(phase.tpots(), 99)
+        emit(self.run, "unloaded_ttft_p99_ms", ttft, "ms", samples=len(phase.ttfts()))
+        emit(self.run, "unloaded_tpot_p99_ms", tpot, "ms", samples=len(phase.tpots()))
+        if not ttft > 0 or not tpot > 0:
+            raise RuntimeError(f"the unloaded phase measured nothing: {phase.result.records[:3]}")
+        return Objective(SLO_FACTOR * ttft, SLO_FACTOR * tpot)
+
+    def measure(self, repeats: int) -> None:
+        assert self.engine is not None
+        self.bound = measured_bound_rps(self.engine, self.bodies, self.plan.bound_s, self.run.seed)
+        emit(self.run, "bound_rps", self.bound, "req/s", clients=64)
+        self.engine.wait_idle()
+        objective = self.objective(self.run.seed)
+        for repeat in range(repeats):
+            seed = self.run.seed + repeat
+            run = replace(self.run, seed=seed)
+            for load in self.plan.loads:
+                self.load_phase(run, objective, load)
+
+    def load_phase(self, run: Run, objective: Objective, load: float) -> None:
+        rates = {t: r * self.bound for t, r in offered(load).items()}
+        bare: Figures = {}
+        for mode in self.modes:
+            progress(f"seed {run.seed}, load {load:g}: {mode}")
+            phase = self.phase(mode, load, run.seed, rates, self.plan.window_s)
+            own = figures(phase, objective, rates)
+            if mode == "bare":
+                bare = own
+                if load == 1.0 and "fixed" in self.modes and "fixed" not in self.gateways:
+                    self.start_fixed(own)
+            elif bare:
+                own |= versus_bare(own, bare)
+            self.results[(run.seed, mode, load)] = own
+            for (metric, klass), value in own.items():
+                extra = {} if klass is None else {"class": klass}
+                emit(run, metric, value, unit_of(metric), mode=mode, load=load, **extra)
+
+    def start_gateways(self, modes: Iterable[str], limit: int = 1) -> None:
+        assert self.engine is not None
+        configs = {
+            f"{mode}#{i}": gateway_config(
+                self.engine.url, self.work_dir, mode, limit, f"{mode}-{i}"
+            )
+            for mode in modes
+            for i in range(self.run.replicas)
+        }
+        if not configs:
+            return
+        started = start_all(configs, self.work_dir)
+        for name, gateway in sorted(started.items()):
+            self.gateways.setdefault(name.split("#")[0], []).append(gateway)
+
+    def start_fixed(self, bare: Figures) -> None:
+        running = bare[("engine_running_mean", None)]
+        limit = max(1, round(running)) if not math.isnan(running) else 1
+        emit(
+            self.run,
+            "fixed_limit",
+            limit,
+            "requests",
+            basis="bare engine's mean running count at load 1",
+        )
+        self.start_gateways(["fixed"], limit)
+
+
+def summarise(bench: Bench, seeds: list[int]) -> None:
+    """With several repeats: each figure's median, low and high over them."""
+    for mode in bench.modes:
+        for load in bench.plan.loads:
+            runs = [
+                bench.results[(s, mode, load)] for s in seeds if (s, mode, load) in bench.results
+            ]
+            for key in runs[0] if runs else {}:
+                values = [r[key] for r in runs if not math.isnan(r.get(key, float("nan")))]
+                if not values:
+                    continue
+                extra = {} if key[1] is None else {"class": key[1]}
+                emit(
+                    bench.run,
+                    key[0],
+                    statistics.median(values),
+                    unit_of(key[0]),
+                    mode=mode,
+                    load=load,
+                    repeat="all",
+                    low=round(min(values), 4),
+                    high=round(max(values), 4),
+                    seeds=seeds,
+                    **extra,
+                )
+
+
+def targets(bench: Bench, seeds: list[int]) -> None:
+    """The issue's targets per adaptive mode, on the medians over the repeats."""
+    light = [load for load in bench.plan.loads if load < 1.0]
+    for mode in bench.modes:
+        if mode not in ADAPTIVE:
+            continue
+
+        def median(load: float, metric: str, klass: str | None = None, mode: str = mode) -> float:
+            values = [bench.results[(s, mode, load)].get((metric, klass), math.nan) for s in seeds]
+            kept = [v for v in values if not math.isnan(v)]
+            return statistics.median(kept) if kept else math.nan
+
+        checks = {
+            "slo_goodput": median(5.0, "slo_goodput_ratio_vs_bare") >= 1.0,
+            "ttft_p99": median(5.0, "p99_ratio_vs_engine_unloaded") <= SLO_FACTOR,
+            "tpot_p99": median(5.0, "tpot_p99_ratio_vs_unloaded") <= SLO_FACTOR,
+            "client_timeouts": median(5.0, "client_timeouts") == 0,
+            "jain": median(5.0, "jain_fairness", "batch") >= 0.95,
+            "refusal_p99": not median(5.0, "refusal_latency_p99_ms") > 50.0,
+            "throughput_load1": median(1.0, "throughput_ratio_vs_bare") >= 0.95,
+            "light_ttft": all(light_ok(bench, mode, load, seeds) for load in light),
+        }
+        failed = [name for name, ok in checks.items() if not ok]
+        emit(
+            bench.run, "target_met", int(not failed), "bool", mode=mode, failed=failed, seeds=seeds
+        )
+
+
+def light_ok(bench: Bench, mode: str, load: float, seeds: list[int]) -> bool:
+    """TTFT p50 and p99 within 10% plus 2 ms of the bare engine's at the same light load."""
+    for seed in seeds:
+        own, bare = bench.results.get((seed, mode, load)), bench.results.get((seed, "bare", load))
+        if own is None or bare is None:
+            return False
+        for q in ("ttft_p50_ms", "ttft_p99_ms"):
+            if not own[(q, None)] <= bare[(q, None)] * 1.1 + 2.0:
+                return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--engine", choices=("vllm", "fake"), default="vllm")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="replay a run (default: a fresh one)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="seeds per load (quick 1, full 3)"
+    )
+    parser.add_argument("--replicas", type=int, default=1, help="gateway replicas per mode")
+    parser.add_argument("--pin", choices=("off", "on"), default="off")
+    parser.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)}")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    modes = (
+        args.modes or ("bare,adaptive-metrics,adaptive-latency" if args.quick else ",".join(MODES))
+    ).split(",")
+    unknown = set(modes) - set(MODES)
+    if unknown or "bare" not in modes:
+        parser.error(f"--modes: bare and some of {', '.join(MODES)}; got {args.modes}")
+    modes = ["bare", *[m for m in MODES if m in modes and m != "bare"]]
+    if args.engine == "vllm" and not engine_python().exists():
+        print(f"{engine_python()} is missing: run `make engine` first", file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
+    repeats = args.repeats or (1 if args.quick else 3)
+    engine_name = ENGINE_NAME if args.engine == "vllm" else "fake"
+    run = Run(seed, engine_name, args.replicas, args.pin == "on")
+    progress(f"seed {seed} (replay with --seed {seed}), engine {engine_name}, modes {modes}")
+    with tempfile.TemporaryDirectory(prefix="slo-goodput-") as folder:
+        bench = Bench(plan, args.engine, Path(folder), run, modes)
+        try:
+            bench.start(args.pin == "on")
+            bench.start_gateways([m for m in modes if m not in ("bare", "fixed")])
+            bench.measure(repeats)
+        finally:
+            bench.stop()
+        seeds = [seed + i for i in range(repeats)]
+        if repeats > 1:
+            summarise(bench, seeds)
+        targets(bench, seeds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The pure parts of bench/slo_goodput.py and what it asks of the capacity load generator."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import orjson
+
+from bench.capacity_loadgen import PhaseResult, PhaseSpec, Record, StreamSpec, _plan
+from bench.slo_goodput import (
+    MIX,
+    TPOT_MIN_TOKENS,
+    Bodies,
+    Objective,
+    Phase,
+    meets,
+    offered,
+    versus_bare,
+)
+
+OBJECTIVE = Objective(ttft_ms=100.0, tpot_ms=10.0)
+
+
+def record(first_ms: float, latency_ms: float, tokens: int, status: int = 200) -> Record:
+    return (0, 1.0, first_ms, latency_ms, status, None if status == 200 else "x", False, tokens)
+
+
+def test_lengths_are_heavy_tailed_clipped_and_replayed_by_seed() -> None:
+    mix = MIX["interactive"]
+    drawn = [mix.draw(random.Random(f"s{i}")) for i in range(2000)]
+    prompts = [p for p, _ in drawn]
+    outputs = [o for _, o in drawn]
+    assert max(prompts) == mix.prompt_max and max(outputs) == mix.output_max
+    assert statistics.mean(prompts) > 1.3 * statistics.median(prompts)  # a long right tail
+    assert 0.1 < sum(o >= TPOT_MIN_TOKENS for o in outputs) / len(outputs) < 0.5
+    again = [mix.draw(random.Random(f"s{i}")) for i in range(2000)]
+    assert again == drawn
+
+
+def test_bodies_are_the_same_for_every_mode_but_the_priority() -> None:
+    bodies = Bodies("vllm")
+    direct = [orjson.loads(b) for b in bodies.variants("batch", 5, seed=3, direct=True)]
+    via = [orjson.loads(b) for b in bodies.variants("batch", 5, seed=3, direct=False)]
+    assert [d.pop("priority") for d in direct] == [1] * 5
+    assert direct == via
+    assert len({b["messages"][0]["content"].split()[0] for b in via}) == 5  # no shared prefix
+    assert all(b["ignore_eos"] and "stream" not in b for b in via)
+    other = [orjson.loads(b) for b in bodies.variants("batch", 5, seed=4, direct=False)]
+    assert other != via
+
+
+def test_the_unloaded_reference_has_long_streams_every_other_request() -> None:
+    bodies = Bodies("fake")
+    long_ = [orjson.loads(b) for b in bodies.variants("interactive", 20, 1, False, True)]
+    assert all(b["max_tokens"] >= TPOT_MIN_TOKENS for b in long_[1::2])
+    assert all(b["stream"] for b in long_)
+
+
+def test_an_answer_meets_its_class_objective() -> None:
+    assert meets(record(90, 900, 20), "interactive", OBJECTIVE)
+    assert not meets(record(110, 900, 20), "interactive", OBJECTIVE)  # first token late
+    # a long stream is judged on its time per token too: (latency - first) / (tokens - 1)
+    assert meets(record(50, 50 + 10 * 99, 100), "interactive", OBJECTIVE)
+    assert not meets(record(50, 50 + 11 * 99, 100), "interactive", OBJECTIVE)
+    assert not meets(record(50, 5001, 2), "interactive", OBJECTIVE)  # past its deadline
+    assert meets(record(9000, 14_000, 16), "batch", OBJECTIVE)
+    assert not meets(record(9000, 15_001, 16), "batch", OBJECTIVE)
+    assert not meets(record(10, 20, 16, status=503), "batch", OBJECTIVE)
+
+
+def test_overload_goes_to_the_noisy_tenant() -> None:
+    assert offered(0.5) == {"interactive": 0.3, "batch": 0.125, "noisy": 0.075}
+    five = offered(5.0)
+    assert five["interactive"] == 0.6 and five["batch"] == 0.25
+    assert abs(five["noisy"] - 4.15) < 1e-9
+
+
+def test_slo_goodput_counts_the_window_and_compares_with_bare() -> None:
+    records = [
+        (0, 0.5, 50.0, 500.0, 200, None, False, 10),  # before the window: not counted
+        (0, 1.0, 50.0, 500.0, 200, None, False, 10),
+        (0, 1.5, 150.0, 500.0, 200, None, False, 10),  # first token too late
+        (1, 1.5, 800.0, 800.0, 200, None, False, 10),
+        (1, 2.5, 1.0, 1.0, 503, "shed", False, 0),
+    ]
+    phase = Phase(PhaseResult(records=records), ["interactive", "batch"], (1.0, 3.0))
+    assert phase.slo_goodput(OBJECTIVE) == 1.0
+    assert phase.slo_goodput(OBJECTIVE, "interactive") == 0.5
+    own = {("slo_goodput_rps", k): 1.0 for k in (None, "interactive", "batch")}
+    own |= {
+        ("output_tokens_per_s", None): 5.0,
+        ("ttft_p50_ms", None): 2.0,
+        ("ttft_p99_ms", None): 4.0,
+    }
+    bare = {key: 2 * value for key, value in own.items()}
+    compared = versus_bare(own, bare)
+    assert compared[("slo_goodput_ratio_vs_bare", None)] == 0.5
+    assert compared[("throughput_ratio_vs_bare", None)] == 0.5
+    assert compared[("ttft_p99_ratio_vs_bare", None)] == 0.5
+
+
+def test_the_load_generator_numbers_each_streams_arrivals_and_keeps_bodies_and_urls() -> None:
+    stream = StreamSpec("t", None, 20.0, "", False, None, 5.0, variants=["a", "b"])
+    spec = PhaseSpec("http://one", 2.0, 3.0, 9, [stream, stream], urls=["http://one", "http://two"])
+    plan = _plan(spec)
+    for index in (0, 1):
+        numbers = [nth for _, i, nth in plan if i == index]
+        assert numbers == list(range(len(numbers))) and len(numbers) > 10
+    assert [t for t, _, _ in plan] == sorted(t for t, _, _ in plan)
+    again = PhaseSpec.from_json(spec.to_json())
+    assert again == spec
