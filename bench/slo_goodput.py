@@ -22,9 +22,11 @@ Set-up, all real processes on loopback:
   measured first (a closed loop of 64 clients straight to it): a measured ceiling, not a
   searched capacity.
 - deadlines: interactive sends `x-request-timeout: 5` and gives up at 6 s; batch 15 and
-  18 s. The bare engine gets no deadline (it has no such header) and the `priority` the
-  gateway would add (its best configuration): a client that gives up closes its
-  connection, which aborts the request in the engine.
+  18 s. With `--deadlines none` no client says so (the gateway then takes its class
+  defaults, `traffic.deadline_s`), and each still gives up at the same time. The bare
+  engine gets no deadline (it has no such header) and the `priority` the gateway would
+  add (its best configuration): a client that gives up closes its connection, which
+  aborts the request in the engine.
 
 The objective (SLO) per class, from the bare engine unloaded (interactive requests only,
 at 4% of load 1, first in the run):
@@ -43,8 +45,17 @@ Modes, one gateway each (replicas: `--replicas`, requests split evenly), backend
     adaptive-metrics  engine vllm, priority_scheduling true, no capacity given
     adaptive-latency  engine none, no capacity given
     uncontrolled      concurrency.mode fixed, max_concurrency 4096
-For each repeat (seed, seed+1, ...) and each load (1 first, for `fixed`'s limit): bare,
-then each mode, the engine and gateways left to go idle in between.
+For each repeat (seed, seed+1, ...): bare at every load, then each mode at every load
+(1 first), its gateways started for them and stopped after, the engine and gateways left
+to go idle between phases. Each phase measures
+the requests sent in its last `window_s` (quick 8 s, full 30 s), after 2 s (quick) or 5 s
+of arrivals at loads up to 1, and overloaded after 18 s, when the clients that give up
+last have given up: until then the bare engine's queue still grows, and an earlier window
+shows it answering batch requests in time that it cannot answer in steady state.
+
+`--ablate pacing,latency,...` adds each adaptive mode again with one traffic-core
+controller off (the gateway's `traffic.controllers_off`), as mode `adaptive-metrics-no-pacing`
+and so on: what each controller buys, on the same seeds and engine.
 
 `--pin on` runs the engine on the first CPU and everything else (gateways, load
 generator, this script) on the others, so that the gateway's CPU does not slow the engine
@@ -56,6 +67,10 @@ mode and load; class where it says):
     fixed_limit
     slo_goodput_rps             all, and by class
     slo_goodput_ratio_vs_bare   all, and by class (gateway modes)
+    slo_goodput_ratio_vs_bare_load1   overloaded: / the bare engine's at load 1 (where
+                                the bare engine meets no objective at 5x, the ratio above
+                                is undefined; this one says how much of what the engine
+                                does at its ceiling is kept under overload)
     ttft_p50_ms, ttft_p99_ms    interactive, answered
     p99_ratio_vs_engine_unloaded  ttft_p99_ms / the unloaded p99
     ttft_p50_ratio_vs_bare, ttft_p99_ratio_vs_bare   (gateway modes)
@@ -68,13 +83,16 @@ mode and load; class where it says):
     concurrency_limit_mean, in_flight_mean, queued_mean   from /readyz (summed over
                                 replicas), engine_running_mean, engine_waiting_mean (its
                                 /metrics), preemptions (its counter over the phase)
+    engine_limit_mean, latency_limit_mean, latency_measuring_share   the first gateway's
+                                two limiters, and how much of the phase the latency one
+                                spent measuring its baseline (limit pinned at half)
     loadgen_lag_p99_ms
 With `--repeats` > 1, each metric of a (mode, load, class) again with `repeat: "all"`: the
 median, and `low` and `high` over the repeats. Last, `target_met` per adaptive mode (the
 issue's targets, on the last repeat's figures or the medians).
 
 Run:
-    python bench/slo_goodput.py --quick             # vLLM, one repeat: ~4 minutes
+    python bench/slo_goodput.py --quick             # vLLM, one repeat: ~6 minutes
     python bench/slo_goodput.py --quick --engine fake
     python bench/slo_goodput.py --repeats 3 --replicas 2 --pin on   # every mode, full
 
@@ -146,6 +164,9 @@ UNLOADED_LOAD = 0.04  # the unloaded reference's rate, of load 1 (interactive on
 UNCONTROLLED_LIMIT = 4096
 MODES = ("bare", "fixed", "adaptive-metrics", "adaptive-latency", "uncontrolled")
 ADAPTIVE = ("adaptive-metrics", "adaptive-latency")
+# `--ablate C`: the mode again with controller C off (traffic.controllers_off), "MODE-no-C".
+ABLATED = "-no-"
+CONTROLLERS = ("pacing", "prefill_gate", "measured_drain", "limit_memory", "latency")
 
 
 @dataclass(frozen=True)
@@ -178,14 +199,22 @@ MIX = {
 @dataclass(frozen=True)
 class Plan:
     quick: bool
-    window_s: float  # arrivals drawn in [0, window_s)
-    warm_s: float  # requests sent before this are not measured
+    window_s: float  # the measured window: requests sent in it count
+    warm_s: float  # arrivals before the window, at loads up to 1
     unloaded_s: float
     bound_s: float
-    loads: tuple[float, ...]  # 1 first: `fixed` takes its limit from the bare load-1 phase
+    loads: tuple[float, ...]  # must hold 1: `fixed` takes its limit from bare's load-1 phase
+
+    def warm_up_s(self, load: float) -> float:
+        """Arrivals before the window. Overloaded, until the clients that give up last
+        have given up: before that the bare engine's queue still grows, and a window that
+        ends earlier shows it answering batch requests it cannot answer in steady state."""
+        if load <= 1.0:
+            return self.warm_s
+        return max(client_s for _, client_s in DEADLINES.values())
 
 
-QUICK = Plan(True, window_s=10.0, warm_s=2.0, unloaded_s=25.0, bound_s=6.0, loads=(1.0, 0.3, 5.0))
+QUICK = Plan(True, window_s=8.0, warm_s=2.0, unloaded_s=20.0, bound_s=6.0, loads=(1.0, 0.3, 5.0))
 FULL = Plan(
     False, window_s=30.0, warm_s=5.0, unloaded_s=60.0, bound_s=10.0, loads=(1.0, 0.3, 0.5, 5.0)
 )
@@ -199,6 +228,7 @@ class Run:
     engine: str
     replicas: int
     pinned: bool
+    deadlines: str  # "sent" (x-request-timeout) or "none"
 
 
 def emit(run: Run, metric: str, value: float | int | None, unit: str, **parameters: Any) -> None:
@@ -213,6 +243,7 @@ def emit(run: Run, metric: str, value: float | int | None, unit: str, **paramete
         "engine": run.engine,
         "replicas": run.replicas,
         "pinned": run.pinned,
+        "deadlines": run.deadlines,
         **parameters,
     }
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
@@ -290,7 +321,9 @@ def streams(
     seed: int,
     direct: bool,
     long_output: bool = False,
+    send_deadlines: bool = True,
 ) -> list[StreamSpec]:
+    """The phase's streams; `send_deadlines` False: no client says when it gives up."""
     result = []
     for tenant in TENANTS:
         if rates.get(tenant, 0.0) <= 0:
@@ -304,7 +337,7 @@ def streams(
                 rates[tenant],
                 "",
                 CLASS_OF[tenant] == "interactive",
-                None if direct else header_s,
+                header_s if send_deadlines and not direct else None,
                 client_s,
                 variants=bodies.variants(tenant, count, seed, direct, long_output),
             )
@@ -389,17 +422,19 @@ def gateway_config(
         "base_url": engine_url + "/v1",
         "models": [MODEL],
     }
-    if mode == "fixed":
+    base, _, off = mode.partition(ABLATED)
+    if base == "fixed":
         backend |= {"max_concurrency": limit, "concurrency": {"mode": "fixed"}}
-    elif mode == "adaptive-metrics":
+    elif base == "adaptive-metrics":
         backend |= {"engine": "vllm", "priority_scheduling": True}
-    elif mode == "adaptive-latency":
+    elif base == "adaptive-latency":
         backend |= {"engine": "none"}
     else:
         backend |= {"max_concurrency": UNCONTROLLED_LIMIT, "concurrency": {"mode": "fixed"}}
     return {
         "state": {"url": "memory", "path": str(work_dir / f"state-{name}.json")},
         "cache": {"enabled": False},
+        "traffic": {"controllers_off": [off] if off else []},
         "backends": [backend],
         "tenants": [
             {
@@ -554,6 +589,7 @@ def load_figures(phase: Phase) -> dict[tuple[str, str | None], float]:
         ):
             means = [mean(capacity_view(text).get(key) for text in texts) for texts in replicas]
             out[(metric, None)] = sum(means)
+    out.update(limit_figures(replicas))
     engine = next(iter(phase.polled("engine")), [])
     samples = [parse_metrics("vllm", text) for text in engine if not text.startswith("error")]
     out[("engine_running_mean", None)] = mean(s.running for s in samples)
@@ -561,6 +597,30 @@ def load_figures(phase: Phase) -> dict[tuple[str, str | None], float]:
     preempted = [s.preemptions for s in samples if s.preemptions is not None]
     out[("preemptions", None)] = preempted[-1] - preempted[0] if preempted else float("nan")
     return out
+
+
+def limit_figures(replicas: list[list[str]]) -> dict[tuple[str, str | None], float]:
+    """Where the learned limit came from (the first gateway replica's engine replica):
+    the two limiters' means, and the share of polls the latency limiter was measuring its
+    baseline (its limit pinned at half)."""
+    views = [v for text in (replicas[0] if replicas else []) if (v := replica_view(text))]
+    if not views or views[0].get("mode") != "adaptive":
+        return {}
+    latency = [v.get("latency") or {} for v in views]
+    return {
+        ("engine_limit_mean", None): mean(v.get("engine_limit") for v in views),
+        ("latency_limit_mean", None): mean(v.get("latency_limit") for v in views),
+        ("latency_measuring_share", None): mean(
+            float(lat.get("phase") == "measuring_min") for lat in latency if lat
+        ),
+    }
+
+
+def replica_view(readyz: str) -> dict[str, Any]:
+    """The first engine replica's entry of the first backend's /readyz capacity view."""
+    replicas = capacity_view(readyz).get("replicas") or [{}]
+    first = replicas[0]
+    return first if isinstance(first, dict) else {}
 
 
 def mean(values: Iterable[Any]) -> float:
@@ -580,6 +640,9 @@ UNITS = {
     "concurrency_limit_mean": "requests",
     "in_flight_mean": "requests",
     "queued_mean": "requests",
+    "engine_limit_mean": "requests",
+    "latency_limit_mean": "requests",
+    "latency_measuring_share": "fraction",
 }
 
 
@@ -654,13 +717,15 @@ class Bench:
         seed: int,
         rates: dict[str, float],
         duration_s: float,
+        window_s: float,
         long_output: bool = False,
     ) -> Phase:
         assert self.engine is not None and self.loadgen is not None
         direct = mode == "bare"
         replicas = self.gateways.get(mode, [])
         urls = [self.engine.url + CHAT_PATH] if direct else [g.url + CHAT_PATH for g in replicas]
-        specs = streams(self.bodies, rates, duration_s, seed, direct, long_output)
+        send = self.run.deadlines == "sent"
+        specs = streams(self.bodies, rates, duration_s, seed, direct, long_output, send)
         client_s = max(DEADLINES[CLASS_OF[s.tenant]][1] for s in specs)
         polls = [Poll("engine", self.engine.url + "/metrics", 0.5, 0.0, duration_s)]
         polls += [
@@ -679,11 +744,12 @@ class Bench:
         result = self.loadgen.run(spec)
         self.engine.wait_idle()
         wait_gateways_idle(replicas)
-        return Phase(result, [s.tenant for s in specs], (self.plan.warm_s, duration_s))
+        return Phase(result, [s.tenant for s in specs], (duration_s - window_s, duration_s))
 
     def objective(self, seed: int) -> Objective:
         rates = {"interactive": UNLOADED_LOAD * self.bound}
-        phase = self.phase("bare", UNLOADED_LOAD, seed, rates, self.plan.unloaded_s, True)
+        seconds = self.plan.unloaded_s
+        phase = self.phase("bare", UNLOADED_LOAD, seed, rates, seconds, seconds - 1.0, True)
         ttft, tpot = percentile(phase.ttfts(), 99), percentile(phase.tpots(), 99)
         emit(self.run, "unloaded_ttft_p99_ms", ttft, "ms", samples=len(phase.ttfts()))
         emit(self.run, "unloaded_tpot_p99_ms", tpot, "ms", samples=len(phase.tpots()))
@@ -698,55 +764,60 @@ class Bench:
         self.engine.wait_idle()
         objective = self.objective(self.run.seed)
         for repeat in range(repeats):
-            seed = self.run.seed + repeat
-            run = replace(self.run, seed=seed)
+            run = replace(self.run, seed=self.run.seed + repeat)
+            for mode in self.modes:
+                self.mode_phases(run, objective, mode)
+
+    def mode_phases(self, run: Run, objective: Objective, mode: str) -> None:
+        """Every load for one mode, its gateways started for them and stopped after (an
+        idle gateway still reads the engine's metrics, on the engine's CPU)."""
+        if mode != "bare":
+            self.start_gateways(mode, self.fixed_limit(run) if mode == "fixed" else 1)
+        try:
             for load in self.plan.loads:
-                self.load_phase(run, objective, load)
+                self.load_phase(run, objective, mode, load)
+        finally:
+            for gateway in self.gateways.pop(mode, []):
+                gateway.stop()
 
-    def load_phase(self, run: Run, objective: Objective, load: float) -> None:
+    def load_phase(self, run: Run, objective: Objective, mode: str, load: float) -> None:
+        progress(f"seed {run.seed}, load {load:g}: {mode}")
         rates = {t: r * self.bound for t, r in offered(load).items()}
-        bare: Figures = {}
-        for mode in self.modes:
-            progress(f"seed {run.seed}, load {load:g}: {mode}")
-            phase = self.phase(mode, load, run.seed, rates, self.plan.window_s)
-            own = figures(phase, objective, rates)
-            if mode == "bare":
-                bare = own
-                if load == 1.0 and "fixed" in self.modes and "fixed" not in self.gateways:
-                    self.start_fixed(own)
-            elif bare:
-                own |= versus_bare(own, bare)
-            self.results[(run.seed, mode, load)] = own
-            for (metric, klass), value in own.items():
-                extra = {} if klass is None else {"class": klass}
-                emit(run, metric, value, unit_of(metric), mode=mode, load=load, **extra)
+        window = self.plan.window_s
+        duration = self.plan.warm_up_s(load) + window
+        phase = self.phase(mode, load, run.seed, rates, duration, window)
+        own = figures(phase, objective, rates)
+        if mode != "bare":
+            own |= versus_bare(own, self.results[(run.seed, "bare", load)])
+        if load > 1.0:  # overloaded, the bare engine may meet no objective at all
+            at_one = self.results[(run.seed, "bare", 1.0)][("slo_goodput_rps", None)]
+            own[("slo_goodput_ratio_vs_bare_load1", None)] = ratio(
+                own[("slo_goodput_rps", None)], at_one
+            )
+        self.results[(run.seed, mode, load)] = own
+        for (metric, klass), value in own.items():
+            extra = {} if klass is None else {"class": klass}
+            emit(run, metric, value, unit_of(metric), mode=mode, load=load, **extra)
 
-    def start_gateways(self, modes: Iterable[str], limit: int = 1) -> None:
+    def start_gateways(self, mode: str, limit: int) -> None:
         assert self.engine is not None
         configs = {
             f"{mode}#{i}": gateway_config(
                 self.engine.url, self.work_dir, mode, limit, f"{mode}-{i}"
             )
-            for mode in modes
             for i in range(self.run.replicas)
         }
-        if not configs:
-            return
         started = start_all(configs, self.work_dir)
-        for name, gateway in sorted(started.items()):
-            self.gateways.setdefault(name.split("#")[0], []).append(gateway)
+        self.gateways[mode] = [started[name] for name in sorted(started)]
 
-    def start_fixed(self, bare: Figures) -> None:
-        running = bare[("engine_running_mean", None)]
+    def fixed_limit(self, run: Run) -> int:
+        """`fixed`'s limit: the bare engine's mean running count at load 1 (the best
+        hand-set limit)."""
+        running = self.results[(run.seed, "bare", 1.0)][("engine_running_mean", None)]
         limit = max(1, round(running)) if not math.isnan(running) else 1
-        emit(
-            self.run,
-            "fixed_limit",
-            limit,
-            "requests",
-            basis="bare engine's mean running count at load 1",
-        )
-        self.start_gateways(["fixed"], limit)
+        basis = "bare engine's mean running count at load 1"
+        emit(run, "fixed_limit", limit, "requests", basis=basis)
+        return limit
 
 
 def summarise(bench: Bench, seeds: list[int]) -> None:
@@ -780,7 +851,7 @@ def targets(bench: Bench, seeds: list[int]) -> None:
     """The issue's targets per adaptive mode, on the medians over the repeats."""
     light = [load for load in bench.plan.loads if load < 1.0]
     for mode in bench.modes:
-        if mode not in ADAPTIVE:
+        if mode.partition(ABLATED)[0] not in ADAPTIVE:
             continue
 
         def median(load: float, metric: str, klass: str | None = None, mode: str = mode) -> float:
@@ -789,7 +860,8 @@ def targets(bench: Bench, seeds: list[int]) -> None:
             return statistics.median(kept) if kept else math.nan
 
         checks = {
-            "slo_goodput": median(5.0, "slo_goodput_ratio_vs_bare") >= 1.0,
+            # on the rates: where the bare engine meets no objective its ratio is undefined
+            "slo_goodput": goodput_at_least_bare(bench, mode, 5.0, seeds),
             "ttft_p99": median(5.0, "p99_ratio_vs_engine_unloaded") <= SLO_FACTOR,
             "tpot_p99": median(5.0, "tpot_p99_ratio_vs_unloaded") <= SLO_FACTOR,
             "client_timeouts": median(5.0, "client_timeouts") == 0,
@@ -802,6 +874,13 @@ def targets(bench: Bench, seeds: list[int]) -> None:
         emit(
             bench.run, "target_met", int(not failed), "bool", mode=mode, failed=failed, seeds=seeds
         )
+
+
+def goodput_at_least_bare(bench: Bench, mode: str, load: float, seeds: list[int]) -> bool:
+    """SLO goodput at least the bare engine's at the same load, on the median of each."""
+    own = [bench.results[(s, mode, load)][("slo_goodput_rps", None)] for s in seeds]
+    bare = [bench.results[(s, "bare", load)][("slo_goodput_rps", None)] for s in seeds]
+    return statistics.median(own) >= statistics.median(bare)
 
 
 def light_ok(bench: Bench, mode: str, load: float, seeds: list[int]) -> bool:
@@ -830,7 +909,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--replicas", type=int, default=1, help="gateway replicas per mode")
     parser.add_argument("--pin", choices=("off", "on"), default="off")
+    parser.add_argument(
+        "--deadlines",
+        choices=("sent", "none"),
+        default="sent",
+        help="none: clients send no x-request-timeout (they still give up as before)",
+    )
     parser.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)}")
+    parser.add_argument(
+        "--ablate",
+        default="",
+        help=f"comma-separated, of {','.join(CONTROLLERS)}: each adaptive mode again with it off",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     modes = (
@@ -840,19 +930,28 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or "bare" not in modes:
         parser.error(f"--modes: bare and some of {', '.join(MODES)}; got {args.modes}")
     modes = ["bare", *[m for m in MODES if m in modes and m != "bare"]]
+    ablate = [c for c in args.ablate.split(",") if c]
+    if set(ablate) - set(CONTROLLERS):
+        parser.error(f"--ablate: some of {', '.join(CONTROLLERS)}; got {args.ablate}")
+    modes += [
+        f"{m}{ABLATED}{c}"
+        for m in ADAPTIVE
+        if m in modes
+        for c in ablate
+        if (m, c) != ("adaptive-latency", "latency")  # its only limiter
+    ]
     if args.engine == "vllm" and not engine_python().exists():
         print(f"{engine_python()} is missing: run `make engine` first", file=sys.stderr)
         return 2
     seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
     repeats = args.repeats or (1 if args.quick else 3)
     engine_name = ENGINE_NAME if args.engine == "vllm" else "fake"
-    run = Run(seed, engine_name, args.replicas, args.pin == "on")
+    run = Run(seed, engine_name, args.replicas, args.pin == "on", args.deadlines)
     progress(f"seed {seed} (replay with --seed {seed}), engine {engine_name}, modes {modes}")
     with tempfile.TemporaryDirectory(prefix="slo-goodput-") as folder:
         bench = Bench(plan, args.engine, Path(folder), run, modes)
         try:
             bench.start(args.pin == "on")
-            bench.start_gateways([m for m in modes if m not in ("bare", "fixed")])
             bench.measure(repeats)
         finally:
             bench.stop()

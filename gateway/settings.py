@@ -35,7 +35,7 @@ from gateway.backend_settings import (
 from gateway.batch_settings import BatchFiles, BatchSettings
 from gateway.fallback_config import Chains, merge_chains
 from gateway.prompt_size import SizeRoutes, model_routes
-from gateway.settings_types import Name, Priority, S3Settings, Sha256Hex, Strict
+from gateway.settings_types import Controller, Name, Priority, S3Settings, Sha256Hex, Strict
 
 
 class Listen(Strict):
@@ -250,6 +250,10 @@ class TrafficSettings(Strict):
     breaker_open_s: float = Field(default=5.0, gt=0)
     retry: RetrySettings = RetrySettings()  # for every backend that sets no `retry`
     hold: HoldSettings = HoldSettings()
+    # For ablation measurements (bench/slo_goodput.py), not for tuning: traffic-core
+    # controllers switched off, of gateway.traffic.scheduler.CONTROLLERS and "latency"
+    # (the latency limiter where engine metrics are read). docs/learned-capacity.md.
+    controllers_off: frozenset[Controller] = frozenset()
 
     @field_validator("deadline_s")
     @classmethod

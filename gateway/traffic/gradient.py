@@ -102,8 +102,8 @@ ACCELERATE_AFTER = 8
 MAX_GRADIENT = 2.0
 MIN_SAMPLES = 3  # a median of fewer is one request's luck
 # A measurement counts samples from when in-flight first fell to its pin, or from this long
-# after it began, whichever comes first. The gateway's top class may go above a learned
-# limit (gateway/traffic/scheduler.py, its burst allowance), so at a low pin in-flight
+# after it began, whichever comes first. The gateway's top class counts only its own
+# requests against a learned limit (gateway/traffic/scheduler.py), so at a low pin in-flight
 # could stay above it and the pin held until `probe_max_s`: bench/capacity.py at 5x saw the
 # limit at a quarter for 9 s, its batch queue timing out behind it.
 DRAIN_MAX_S = 2.0

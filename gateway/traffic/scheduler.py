@@ -258,10 +258,12 @@ class FairQueue:
 
 
 _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not forever
-# While the top class is active, lower classes leave this share of the slots (at least one)
-# free for it: under overload every slot is otherwise busy, and an interactive arrival,
-# first in line, still waited for a request to finish (bench/capacity.py, 5x: interactive
-# time to first token p99 8x its unloaded value with a fixed limit, ~12x learned).
+# While the top class is active, lower classes leave this share of the ceiling (at least
+# one slot) free for it: where the ceiling binds (a fixed limit) every slot is otherwise
+# busy under overload, and an interactive arrival, first in line, still waited for a
+# request to finish (bench/capacity.py, 5x: interactive time to first token p99 8x its
+# unloaded value with a fixed limit). A learned limit needs none: the top class counts only
+# its own requests against it (`FairScheduler._may_dispatch`).
 RESERVED_SHARE = 0.1
 # Admission counts on the lowest limit a cut set in this many seconds (a learned limit
 # swings down when the engine queues, and is pinned low while a latency baseline is
@@ -284,6 +286,13 @@ LIMIT_MEMORY_S = 10.0
 # waiters took a third of the scheduler's time per queued request (bench/proxy_overhead.py,
 # concurrency 64 in front of a learned limit of 8).
 RECHECK_INTERVAL_S = 0.01
+
+
+# The controllers a benchmark may switch off one at a time (`FairScheduler(off=...)`, from
+# the config's `traffic.controllers_off`) to measure what each buys: the pacer of
+# lower classes, holding them while a top-class prompt is computed, admission by the
+# measured drain rate, and admission on the limits of the last LIMIT_MEMORY_S.
+CONTROLLERS = frozenset({"pacing", "prefill_gate", "measured_drain", "limit_memory"})
 
 
 class Shed(Exception):
@@ -315,7 +324,10 @@ class Slot:
     def prefilling(self) -> None:
         """A streamed request of the top class was sent: until its first token
         (`first_token`) lower classes are not dispatched (the module's docstring)."""
-        if self._done or self._prefilling or self._entry.rank != self._scheduler._top_rank:
+        scheduler = self._scheduler
+        if self._done or self._prefilling or self._entry.rank != scheduler._top_rank:
+            return
+        if "prefill_gate" in scheduler._off:
             return
         self._prefilling = True
         self._scheduler._prefills += 1
@@ -407,13 +419,18 @@ class FairScheduler:
         on_wait: WaitHook | None = None,
         admit_fraction: float = ADMIT_WAIT_FRACTION,
         prefill_chunk_tokens: int | None = None,
+        off: frozenset[str] = frozenset(),
     ) -> None:
+        """`off`: controllers switched off, of CONTROLLERS (benchmarks' ablations)."""
         if max_concurrency < 0 or max_queue < 0:
             raise ValueError("max_concurrency and max_queue must be >= 0")
         if not 0 < admit_fraction <= 1:
             raise ValueError("admit_fraction must be in (0, 1]")
         if prefill_chunk_tokens is not None and prefill_chunk_tokens < 1:
             raise ValueError("prefill_chunk_tokens must be >= 1")
+        if unknown := off - CONTROLLERS:
+            raise ValueError(f"unknown controllers {sorted(unknown)}")
+        self._off = off
         self._prefill_chunk = prefill_chunk_tokens
         self._max = max_concurrency
         self._ceiling = max_concurrency
@@ -453,8 +470,8 @@ class FairScheduler:
         self, max_concurrency: int, cold_start_s: float = 0.0, ceiling: int | None = None
     ) -> None:
         """Replicas came or went, or their limits moved: dispatch at most `max_concurrency`
-        at once from now on; the top class may go above it up to `ceiling` (default: no
-        higher) by its burst allowance (`_may_dispatch`).
+        at once from now on, each class counting its own and higher classes' requests
+        against it, all of them at most `ceiling` (default: no higher) (`_may_dispatch`).
 
         0 means no replica is ready (a cold start is under way): requests wait, held in
         the queue, and `cold_start_s` estimates when capacity appears. Raising it releases
@@ -475,7 +492,7 @@ class FairScheduler:
 
     def _dispatchable_at_once(self, entry: Entry, now: float) -> bool:
         """Nobody of its class or a higher one waits, and it may be dispatched now (the
-        top class within its burst allowance even while lower classes queue)."""
+        top class even while lower classes queue: `_may_dispatch`)."""
         return (
             self._queue.ahead(entry.rank) == 0
             and now < entry.deadline
@@ -491,7 +508,8 @@ class FairScheduler:
     def set_pace(self, interval_s: float) -> None:
         """Lower classes' dispatches beyond replacing finished requests at most one per
         `interval_s` (gateway.traffic.pacing); 0: no pacing."""
-        self._pacer.set_interval(interval_s, self._clock())
+        pacing = "pacing" not in self._off
+        self._pacer.set_interval(interval_s if pacing else 0.0, self._clock())
         self._pump()
 
     async def acquire(
@@ -587,7 +605,7 @@ class FairScheduler:
         ahead = self._queue.ahead_of(tenant, weight, rank)
         wait = self._wait(ahead, rank, now, admitting=True)
         rates = self._drain.rates(rank, tenant, now) if self._max else None
-        if wait == 0.0 or rates is None:
+        if wait == 0.0 or rates is None or "measured_drain" in self._off:
             return wait
         own = self._queue.line(tenant, rank)
         since = self._queue.backlogged_since(tenant, rank)
@@ -616,13 +634,14 @@ class FairScheduler:
         that would have been served)."""
         basis = self._limit_floor(now) if admitting else self._limit_peak(now)
         higher = self._load.above(rank, now, self._class_mean_s, basis)
-        # Slots kept for the top class (`_room`) are none of this class's to wait for; and
+        # Slots kept for the top class (`_cap`) are none of this class's to wait for; and
         # the slots it may fill free up at its own pace: with the mean over every class,
         # short interactive answers made a batch queue look twice as fast as it drained,
         # and the batch requests admitted on that estimate were refused late.
-        slots = self._room(rank, now)
+        slots = min(self._max, self._cap(rank, now))
         serving = max(1, slots + basis - self._max)
-        wait = self._expected_wait(ahead, slots, self._class_mean_s(rank), serving)
+        busy = slots - self._free(rank, now)
+        wait = self._expected_wait(ahead, busy, slots, self._class_mean_s(rank), serving)
         return wait / max(_MIN_LEFTOVER, 1.0 - higher)
 
     def _remember_limit(self, now: float) -> None:
@@ -648,6 +667,8 @@ class FairScheduler:
         Read several times per queued request, they change only when the limit does or an
         old limit leaves the window: kept until then, instead of rebuilt from the record at
         every read."""
+        if "limit_memory" in self._off:
+            return self._max, self._max
         if now >= self._bounds_until:
             horizon = now - LIMIT_MEMORY_S
             while len(self._limits) > 1 and self._limits[1][0] <= horizon:
@@ -671,20 +692,21 @@ class FairScheduler:
         return estimator.mean_s if estimator is not None else self._service.mean_s
 
     def _wait_for(self, rank: int) -> float:
-        return self._expected_wait(self._queue.ahead(rank))
+        return self._expected_wait(self._queue.ahead(rank), self._in_flight, self._max)
 
     def _expected_wait(
         self,
         ahead: int,
-        slots: int | None = None,
+        busy: int,
+        slots: int,
         mean_s: float | None = None,
         serving: int | None = None,
     ) -> float:
+        """Behind `ahead` waiters, with `busy` of the `slots` a request may take in use."""
         mean_s = self._service.mean_s if mean_s is None else mean_s
         if self._max == 0:  # cold: the wait is the start, then a share of one replica
             return self._cold_start_s + expected_wait_s(ahead, 0, 1, mean_s)
-        slots = self._max if slots is None else slots
-        return expected_wait_s(ahead, self._in_flight, slots, mean_s, serving)
+        return expected_wait_s(ahead, busy, slots, mean_s, serving)
 
     def _pump(self, *, recheck: bool = True) -> None:
         """Dispatches while slots are free; drops expired waiters on the way. Then checks
@@ -717,58 +739,44 @@ class FairScheduler:
             return
         self._pace_timer = loop.call_later(delay_s, self._pump)
 
-    def _room(self, rank: int, now: float) -> int:
-        """Slots a class may fill: all for the top class; for the others all but a reserve
-        of RESERVED_SHARE of them, while the top class has been dispatching lately (its
-        arrivals then find a free slot at once instead of waiting for one to finish)."""
-        if rank == self._top_rank or self._max < 2:
-            return self._max
+    def _held(self, rank: int) -> int:
+        """Requests in flight of this class and the higher ones: the slots a request of
+        the class waits for (`_may_dispatch`)."""
+        return sum(n for r, n in self._in_flight_by_rank.items() if r <= rank)
+
+    def _cap(self, rank: int, now: float) -> int:
+        """How many may be in flight in all, for a request of this class to go: the
+        ceiling; for lower classes less a reserve of RESERVED_SHARE of it while the top
+        class has been dispatching lately, so that where the ceiling binds (a fixed
+        limit, where it is the limit) a top-class arrival finds a free slot at once
+        instead of waiting for a long batch request to finish."""
+        if rank == self._top_rank or self._ceiling < 2:
+            return self._ceiling
         if not self._load.recent(self._top_rank, now):
-            return self._max
-        return self._max - self._reserve()
+            return self._ceiling
+        return self._ceiling - max(1, round(RESERVED_SHARE * self._ceiling))
+
+    def _free(self, rank: int, now: float) -> int:
+        """Slots a request of this class could take now."""
+        return max(0, min(self._max - self._held(rank), self._cap(rank, now) - self._in_flight))
 
     def _may_dispatch(self, rank: int, now: float) -> bool:
-        """Whether a request of this class may be dispatched now: within the class's room;
-        or, for the top class, within its burst allowance above the limit, up to the
-        ceiling (`set_capacity`).
+        """Whether a request of this class may be dispatched now: the limit counts the
+        requests in flight of its class and the higher ones only, and all of them stay
+        within `_cap` (the ceiling, `set_capacity`).
 
-        Why the allowance: under overload lower classes keep every slot of their room
-        busy with long requests, and the few slots kept free refill only as requests
-        finish, about as often as interactive requests arrive, so interactive arrivals
-        still queued here behind batch work (bench/capacity.py at 5x, learned limit:
-        interactive time to first token p99 eight to ten times its unloaded value). The
-        same after a learned limit is cut below what is in flight. Interactive requests
-        are short and few, the engine has room for them (a learned limit is the point
-        where the engine starts to queue or slow down, not where it runs out of sequence
-        slots), and with a fixed limit the ceiling is the limit, so nothing changes there.
+        So a higher class never waits for a lower class's slot: batch requests are long
+        and a learned limit full of them held interactive arrivals here for one to
+        finish, although the engine would have run them next (bench/slo_goodput.py,
+        vLLM's CPU build at load 1: interactive time to first token p99 5-7x the bare
+        engine's). The engine then holds at most the limit of the top class plus the lower
+        classes' requests already in flight, and lower classes go only once the total is
+        back under the limit; with priority scheduling the engine runs the top class first
+        anyway. Where the ceiling is the limit (a fixed limit) nothing goes over it.
         """
         if rank != self._top_rank and self._prefills:
             return False  # not into the engine step that computes a top-class prompt
-        if self._in_flight < self._room(rank, now):
-            return True
-        if rank != self._top_rank or self._in_flight >= self._ceiling:
-            return False
-        held = self._in_flight_by_rank.get(rank, 0)
-        if held >= max(self._reserve(), self._limit_peak(now) // 2):
-            return False  # at the allowance's cap, whatever the class's recent load
-        return held < self._burst(now)
-
-    def _burst(self, now: float) -> int:
-        """Slots the top class may hold whatever lower classes hold: its mean concurrency
-        over the last few seconds plus three standard deviations, as for Poisson arrivals
-        (M/G/inf: the number in service is Poisson), so that it waits here about once in
-        a thousand arrivals; at least the reserve. At most half the highest limit of the
-        last LIMIT_MEMORY_S: a flood of top class requests raises its own mean, and must
-        still meet a limit, so the engine holds at most one and a half times that. The
-        highest, not the current: while a latency baseline is measured the limit is pinned
-        at half for a few seconds, and interactive traffic that needs more than half of
-        that would queue behind batch through the whole measurement."""
-        mean = self._load.concurrency(self._top_rank, now, self._class_mean_s(self._top_rank))
-        wanted = math.ceil(mean + 3.0 * math.sqrt(mean))
-        return max(self._reserve(), min(wanted, self._limit_peak(now) // 2))
-
-    def _reserve(self) -> int:
-        return max(1, round(RESERVED_SHARE * self._max))
+        return self._free(rank, now) > 0
 
     def _recheck(self, now: float) -> None:
         """Drops, from the back of each tenant's line, the waiters whose expected wait has

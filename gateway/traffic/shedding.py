@@ -123,12 +123,6 @@ class ClassLoad:
         busy = sum(n * mean_service_s(r) for r, n in self._counts.items() if r < rank)
         return min(1.0, busy / (slots * self._window_s))
 
-    def concurrency(self, rank: int, now: float, mean_service_s: float) -> float:
-        """The class's mean number of requests in flight over the window (Little's law:
-        its dispatch rate times its mean service time)."""
-        self._expire(now)
-        return self._counts.get(rank, 0) * mean_service_s / self._window_s
-
     def recent(self, rank: int, now: float) -> bool:
         """Whether the class dispatched anything in the window."""
         self._expire(now)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.compose import _capacity
 from gateway.config_file import parse_settings
 from gateway.settings import ConfigError
 from tests.support.processes import ROOT
@@ -28,6 +29,13 @@ def test_good_config_parses_with_defaults() -> None:
     assert settings.backends[0].timeouts.read_s == 300
     assert settings.tenants[0].models == ["*"]
     assert settings.backends[0].prefill_chunk_tokens is None  # a prompt prefills in a step
+
+
+def test_controllers_switched_off_for_an_ablation_parse_as_a_set() -> None:
+    text = GOOD + "traffic: {controllers_off: [pacing, latency, pacing]}\n"
+    settings = parse_settings(text, "x.yaml", {})
+    assert settings.traffic.controllers_off == {"pacing", "latency"}
+    assert parse_settings(GOOD, "x.yaml", {}).traffic.controllers_off == frozenset()
 
 
 def test_a_partial_deadline_setting_keeps_the_other_classes_defaults() -> None:
@@ -52,6 +60,7 @@ def test_a_partial_deadline_setting_keeps_the_other_classes_defaults() -> None:
         (GOOD + "state: {url: postgres://x}\n", "good.yaml:7: state.url"),
         (GOOD + "  - name: t1\n", "duplicate name 't1' in tenants"),
         ("backends: []\n", "good.yaml:1: backends"),
+        (GOOD + "traffic: {controllers_off: [gradient]}\n", "good.yaml:7: traffic.controllers_off"),
     ],
 )
 def test_bad_config_names_key_and_line(text: str, expected: str) -> None:
@@ -87,3 +96,15 @@ def test_serve_with_bad_config_exits_with_message(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert f"{path}:7: tenants.0.priority" in result.stderr
+
+
+def test_latency_off_leaves_an_engine_with_metrics_to_them_alone() -> None:
+    """`controllers_off: [latency]` (an ablation) builds a replica's capacity without the
+    latency limiter where the engine's metrics are read, and keeps it where they are not
+    (it is then the only limiter)."""
+    text = GOOD.replace("models: [m1]", "models: [m1]\n    engine: vllm")
+    vllm = parse_settings(text, "x.yaml", {}).backends[0]
+    none = parse_settings(GOOD, "x.yaml", {}).backends[0]
+    assert _capacity(vllm).snapshot().latency_limit is not None
+    assert _capacity(vllm, latency=False).snapshot().latency_limit is None
+    assert _capacity(none, latency=False).snapshot().latency_limit is not None

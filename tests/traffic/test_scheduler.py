@@ -410,13 +410,13 @@ async def test_while_interactive_is_active_batch_leaves_a_slot_free_for_it() -> 
     await h.drain()
 
 
-async def test_above_its_limit_interactive_uses_its_burst_allowance_up_to_the_ceiling() -> None:
-    """A learned limit of 10 under a ceiling of 100, batch holding its nine slots:
+async def test_interactive_counts_only_its_own_requests_against_a_learned_limit() -> None:
+    """A learned limit of 10 under a ceiling of 100, batch holding all ten slots:
     interactive arrivals are still dispatched at once, however close their deadline (the
-    batch waiters are no queue to them), up to their allowance (their recent concurrency
-    plus three standard deviations, at most half the limit: 5 here). With a fixed limit
-    (ceiling = limit) nothing goes over it, and a tight deadline is refused."""
-    for ceiling, dispatched in ((100, 5), (None, 1)):
+    batch requests in flight and waiting are no queue to them), up to ten of their own.
+    With a fixed limit (ceiling = limit) nothing goes over it: batch keeps one slot free
+    for interactive, and past it a tight deadline is refused."""
+    for ceiling, dispatched in ((100, 10), (None, 1)):
         clock = FakeClock()
         h = Harness(FairScheduler(10, 100, clock))
         h.scheduler.set_capacity(10, ceiling=ceiling)
@@ -424,34 +424,60 @@ async def test_above_its_limit_interactive_uses_its_burst_allowance_up_to_the_ce
         await h.drain()
         for i in range(12):
             await h.submit(f"b{i}", tenant="jobs")
-        assert len(h.running) == 9  # one slot kept
-        await h.submit("i1", tenant="web", priority="interactive")  # the kept slot
+        batch_slots = 10 if ceiling else 9  # the reserve, where the ceiling binds
+        assert len(h.running) == batch_slots
+        await h.submit("i1", tenant="web", priority="interactive")
         tight = h.scheduler.acquire("web", 1.0, "interactive", 10, 10, clock.now + 0.01)
         if ceiling is None:
             with pytest.raises(Shed, match="deadline_unreachable"):
                 await tight
         else:
             h.running.append((await tight, (10, 10)))
-        for i in range(3, 8):
+        for i in range(3, 20):
             await h.submit(f"i{i}", tenant="web", priority="interactive")
-        assert len(h.running) == 9 + dispatched
+        assert len(h.running) == batch_slots + dispatched
+        sent = 1 + (1 if ceiling else 0) + 17  # i1, the tight one unless refused, i3-i19
+        assert h.scheduler.snapshot().depth["interactive"] == sent - dispatched
         await h.drain()
 
 
-async def test_while_the_limit_is_pinned_low_the_allowance_keeps_to_the_recent_peak() -> None:
-    """A limit of 10 pinned at 4 (a latency baseline being measured): the interactive
-    allowance stays at half of 10, not of 4, for LIMIT_MEMORY_S."""
+async def test_batch_goes_only_once_everything_in_flight_is_under_the_limit() -> None:
+    """Interactive took eight of a learned limit of 10 (ceiling 100) while batch held
+    ten: batch waits until the total is under 10, however many of its own it has."""
     clock = FakeClock()
     h = Harness(FairScheduler(10, 100, clock))
     h.scheduler.set_capacity(10, ceiling=100)
-    await h.submit("i0", tenant="web", priority="interactive")
+    for i in range(10):
+        await h.submit(f"b{i}", tenant="jobs")
+    for i in range(8):
+        await h.submit(f"i{i}", tenant="web", priority="interactive")
+    await h.submit("b10", tenant="jobs")
+    assert len(h.running) == 18 and "b10" not in h.order
+    batch = [item for item in h.running if item[0].rank == 1]
+    for _ in range(8):  # eight batch requests finish: 2 batch + 8 interactive remain
+        slot, _ = h.running.pop(h.running.index(batch.pop()))
+        slot.release(10, 10)
+    await h.settle()
+    assert "b10" not in h.order
+    slot, _ = h.running.pop(h.running.index(batch.pop()))
+    slot.release(10, 10)  # 9 in flight: b10 goes
+    await h.settle()
+    assert h.order[-1] == "b10"
     await h.drain()
+
+
+async def test_while_the_limit_is_cut_interactive_still_gets_the_limit_of_its_own() -> None:
+    """A limit of 10 cut to 4 (the engine queued, or a latency baseline is measured)
+    while batch holds ten: four interactive requests still go at once, the rest wait."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock))
+    h.scheduler.set_capacity(10, ceiling=100)
     for i in range(12):
         await h.submit(f"b{i}", tenant="jobs")
     h.scheduler.set_capacity(4, ceiling=100)
-    for i in range(1, 8):
+    for i in range(7):
         await h.submit(f"i{i}", tenant="web", priority="interactive")
-    assert len(h.running) == 9 + 5
+    assert len(h.running) == 10 + 4
     await h.drain()
 
 
@@ -972,3 +998,27 @@ async def test_a_limit_that_grew_is_no_cut_for_admission() -> None:
             assert not task.done()  # admitted: it waits for a slot
             h.pending.append(("new", task, (100, 0)))
         await h.drain()
+
+
+async def test_a_benchmark_may_switch_each_controller_off() -> None:
+    """`off` (traffic.controllers_off, for ablations): without the prefill gate a batch
+    request goes while an interactive stream awaits its first token; without pacing
+    `set_pace` paces nothing; without limit memory admission counts on the limit now,
+    not the lowest a cut set lately. An unknown name is refused."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(10, 100, clock, off=frozenset({"prefill_gate", "pacing"})))
+    await h.submit("i0", tenant="web", priority="interactive")
+    h.running[0][0].prefilling()
+    h.scheduler.set_pace(0.5)
+    assert h.scheduler.pace_per_s() is None
+    await h.submit("b0", tenant="jobs")
+    await h.submit("b1", tenant="jobs")
+    assert h.order == ["i0", "b0", "b1"]
+    await h.drain()
+    for off, floor in ((frozenset(), 2), (frozenset({"limit_memory"}), 10)):
+        scheduler = FairScheduler(10, 100, clock, off=off)
+        scheduler.set_capacity(2)
+        scheduler.set_capacity(10)
+        assert scheduler._limit_floor(clock.now) == floor
+    with pytest.raises(ValueError, match="unknown controllers"):
+        FairScheduler(10, 100, clock, off=frozenset({"gradient"}))

@@ -16,6 +16,7 @@ from bench.slo_goodput import (
     Phase,
     meets,
     offered,
+    streams,
     versus_bare,
 )
 
@@ -110,3 +111,16 @@ def test_the_load_generator_numbers_each_streams_arrivals_and_keeps_bodies_and_u
     assert [t for t, _, _ in plan] == sorted(t for t, _, _ in plan)
     again = PhaseSpec.from_json(spec.to_json())
     assert again == spec
+
+
+def test_clients_send_their_deadline_unless_told_not_to_and_give_up_the_same() -> None:
+    rates = {"interactive": 2.0, "batch": 1.0, "noisy": 0.0}
+    sent = streams(Bodies("fake"), rates, 5.0, 1, direct=False)
+    silent = streams(Bodies("fake"), rates, 5.0, 1, direct=False, send_deadlines=False)
+    bare = streams(Bodies("fake"), rates, 5.0, 1, direct=True)
+    assert [s.tenant for s in sent] == ["interactive", "batch"]  # no stream at rate 0
+    assert [s.header_timeout_s for s in sent] == [5.0, 15.0]
+    assert [s.header_timeout_s for s in silent] == [None, None]
+    assert [s.header_timeout_s for s in bare] == [None, None]
+    assert [s.client_timeout_s for s in silent] == [s.client_timeout_s for s in sent]
+    assert [s.key for s in bare] == [None, None] and all(s.key for s in sent)
