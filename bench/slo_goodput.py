@@ -20,7 +20,8 @@ Set-up, all real processes on loopback:
   Shares at load 1: interactive 60%, batch 25%, noisy 15%; below 1 all scaled down, above
   1 the noisy tenant sends the excess. Load 1 is the bare engine's throughput of the mix
   measured first (a closed loop of 64 clients straight to it): a measured ceiling, not a
-  searched capacity.
+  searched capacity. It moves by half between runs here (20-30 req/s on one pinned
+  core), so two versions are compared at a given `--bound-rps`.
 - deadlines: interactive sends `x-request-timeout: 5` and gives up at 6 s; batch 15 and
   18 s. With `--deadlines none` no client says so (the gateway then takes its class
   defaults, `traffic.deadline_s`), and each still gives up at the same time. The bare
@@ -53,7 +54,7 @@ of arrivals at loads up to 1, and overloaded after 18 s, when the clients that g
 last have given up: until then the bare engine's queue still grows, and an earlier window
 shows it answering batch requests in time that it cannot answer in steady state.
 
-`--ablate pacing,latency,...` adds each adaptive mode again with one traffic-core
+`--ablate pacing,limit_memory,...` adds each adaptive mode again with one traffic-core
 controller off (the gateway's `traffic.controllers_off`), as mode `adaptive-metrics-no-pacing`
 and so on: what each controller buys, on the same seeds and engine.
 
@@ -115,7 +116,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -145,6 +146,7 @@ from bench.capacity_loadgen import (  # noqa: E402
 )
 from bench.measure import percentile  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
+from gateway.settings_types import Controller  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 from tests.support.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
 
@@ -166,7 +168,7 @@ MODES = ("bare", "fixed", "adaptive-metrics", "adaptive-latency", "uncontrolled"
 ADAPTIVE = ("adaptive-metrics", "adaptive-latency")
 # `--ablate C`: the mode again with controller C off (traffic.controllers_off), "MODE-no-C".
 ABLATED = "-no-"
-CONTROLLERS = ("pacing", "prefill_gate", "measured_drain", "limit_memory", "latency")
+CONTROLLERS: tuple[str, ...] = get_args(Controller)
 
 
 @dataclass(frozen=True)
@@ -688,6 +690,7 @@ class Bench:
         self.loadgen: CapacityLoadGenerator | None = None
         self.gateways: dict[str, list[Gateway]] = {}
         self.results: dict[tuple[int, str, float], Figures] = {}  # (seed, mode, load)
+        self.bound_rps: float | None = None  # `--bound-rps`: load 1 given, not measured
 
     def start(self, pin: bool) -> None:
         cpus = sorted(os.sched_getaffinity(0))
@@ -759,8 +762,13 @@ class Bench:
 
     def measure(self, repeats: int) -> None:
         assert self.engine is not None
-        self.bound = measured_bound_rps(self.engine, self.bodies, self.plan.bound_s, self.run.seed)
-        emit(self.run, "bound_rps", self.bound, "req/s", clients=64)
+        if self.bound_rps is None:
+            seconds, seed = self.plan.bound_s, self.run.seed
+            self.bound = measured_bound_rps(self.engine, self.bodies, seconds, seed)
+            emit(self.run, "bound_rps", self.bound, "req/s", clients=64)
+        else:
+            self.bound = self.bound_rps
+            emit(self.run, "bound_rps", self.bound, "req/s", given=True)
         self.engine.wait_idle()
         objective = self.objective(self.run.seed)
         for repeat in range(repeats):
@@ -908,6 +916,12 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=None, help="seeds per load (quick 1, full 3)"
     )
     parser.add_argument("--replicas", type=int, default=1, help="gateway replicas per mode")
+    parser.add_argument(
+        "--bound-rps",
+        type=float,
+        default=None,
+        help="load 1 in requests/s, instead of measuring it (to compare two versions)",
+    )
     parser.add_argument("--pin", choices=("off", "on"), default="off")
     parser.add_argument(
         "--deadlines",
@@ -933,13 +947,7 @@ def main(argv: list[str] | None = None) -> int:
     ablate = [c for c in args.ablate.split(",") if c]
     if set(ablate) - set(CONTROLLERS):
         parser.error(f"--ablate: some of {', '.join(CONTROLLERS)}; got {args.ablate}")
-    modes += [
-        f"{m}{ABLATED}{c}"
-        for m in ADAPTIVE
-        if m in modes
-        for c in ablate
-        if (m, c) != ("adaptive-latency", "latency")  # its only limiter
-    ]
+    modes += [f"{m}{ABLATED}{c}" for m in ADAPTIVE if m in modes for c in ablate]
     if args.engine == "vllm" and not engine_python().exists():
         print(f"{engine_python()} is missing: run `make engine` first", file=sys.stderr)
         return 2
@@ -950,6 +958,7 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"seed {seed} (replay with --seed {seed}), engine {engine_name}, modes {modes}")
     with tempfile.TemporaryDirectory(prefix="slo-goodput-") as folder:
         bench = Bench(plan, args.engine, Path(folder), run, modes)
+        bench.bound_rps = args.bound_rps
         try:
             bench.start(args.pin == "on")
             bench.measure(repeats)

@@ -131,8 +131,8 @@ class Concurrency(Strict):
     interval_s: float = Field(default=0.25, gt=0, le=10)  # control tick and metrics scrape
     metrics_path: str = "/metrics"  # at the engine's root, or a full http(s):// URL
     kv_high: float = Field(default=0.95, gt=0, le=1)  # KV usage at which an engine is full
-    # Time to first token may reach this multiple of its baseline before the limit is cut
-    # (docs/learned-capacity.md "Learned capacity": why 3).
+    # With engine: none, time to first token may reach this multiple of its baseline before
+    # the limit is cut (docs/learned-capacity.md "Learned capacity": why 3).
     latency_tolerance: float = Field(default=3.0, ge=1.1, le=10)
 
 
@@ -202,6 +202,11 @@ class Backend(Strict):
             self._can_sleep()
         if self.concurrency.min > self.max_concurrency:
             raise ValueError("concurrency.min must be <= max_concurrency")
+        if "latency_tolerance" in self.concurrency.model_fields_set and self.engine != "none":
+            raise ValueError(
+                "concurrency.latency_tolerance applies only with engine: none (an engine "
+                "whose metrics are read is limited by them alone)"
+            )
         return self
 
     def _can_sleep(self) -> None:

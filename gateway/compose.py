@@ -83,7 +83,7 @@ from gateway.traffic.gradient import GradientLimiter
 from gateway.traffic.pool import Pool, Scraper
 from gateway.traffic.replica_set import ReplicaHandle, ReplicaSet
 from gateway.traffic.retry import RetryBudget, UpstreamRetryPolicy
-from gateway.traffic.scheduler import CONTROLLERS, FairScheduler
+from gateway.traffic.scheduler import FairScheduler
 from warmpool.autoscale import ScalePolicy
 from warmpool.layout import safe_name
 from warmpool.manager import ColdStartManager
@@ -303,14 +303,14 @@ def _pool(
         output_weight=traffic.output_weight,
         on_wait=waited,
         prefill_chunk_tokens=backend.prefill_chunk_tokens,
-        off=frozenset(traffic.controllers_off) & CONTROLLERS,
+        off=frozenset(traffic.controllers_off),
     )
     concurrency = backend.concurrency
     replicas = ReplicaSet(
         lambda url: _upstream(backend, url),
         breaker,
         tasks,
-        lambda: _capacity(backend, latency="latency" not in traffic.controllers_off),
+        lambda: _capacity(backend),
         lambda url: metrics_url(url, concurrency.metrics_path),
     )
     stack.push_async_callback(replicas.close)
@@ -334,13 +334,15 @@ def _pool(
     return pool
 
 
-def _capacity(backend: Backend, latency: bool = True) -> ReplicaCapacity:
-    """`latency`: False leaves an engine with metrics to them alone (an ablation)."""
+def _capacity(backend: Backend) -> ReplicaCapacity:
+    """A replica's limit: from its engine's metrics where it has them, else from latency.
+    Not both: in front of vLLM the latency limiter held the limit at a third of what the
+    engine ran, queueing interactive requests here (docs/slo-goodput.md, the ablation)."""
     c = backend.concurrency
     config = CapacityConfig(
         c.mode, backend.max_concurrency, c.initial, c.min, backend.engine, c.kv_high
     )
-    if c.mode == "fixed" or (not latency and backend.engine != "none"):
+    if c.mode == "fixed" or backend.engine != "none":
         return ReplicaCapacity(config)
     gradient = GradientLimiter(
         min(c.initial, backend.max_concurrency),

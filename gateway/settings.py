@@ -251,8 +251,8 @@ class TrafficSettings(Strict):
     retry: RetrySettings = RetrySettings()  # for every backend that sets no `retry`
     hold: HoldSettings = HoldSettings()
     # For ablation measurements (bench/slo_goodput.py), not for tuning: traffic-core
-    # controllers switched off, of gateway.traffic.scheduler.CONTROLLERS and "latency"
-    # (the latency limiter where engine metrics are read). docs/learned-capacity.md.
+    # controllers switched off, of gateway.traffic.scheduler.CONTROLLERS.
+    # docs/learned-capacity.md.
     controllers_off: frozenset[Controller] = frozenset()
 
     @field_validator("deadline_s")

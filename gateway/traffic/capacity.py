@@ -5,7 +5,8 @@ classes and shedding act on it.
 A model engine (vLLM, SGLang, TGI) accepts everything and queues what it cannot run in its
 own first-come-first-served queue, blind to tenants and deadlines. Its capacity moves with
 prompt and output lengths, KV-cache pressure, model and GPU, so nobody can write it in a
-config. Two signals, both used when present:
+config. Two signals; the gateway builds each replica with one (gateway/compose.py): engine
+metrics where the backend declares its engine, else latency.
 
 - **Engine metrics** (`EngineLimiter`), when the backend declares its `engine`: requests
   waiting inside the engine, or KV usage at `kv_high`, mean the gateway sent more than
@@ -15,19 +16,21 @@ config. Two signals, both used when present:
   While the engine runs everything it is sent and the limit binds, the limit grows: fast
   (x1.5 per tick) until the first sign of saturation, then by sqrt(limit) a tick, so it
   keeps probing for room the engine gained (a faster step, a bigger KV budget).
-- **Latency** (`gateway.traffic.gradient.GradientLimiter`), for every engine: time to
-  first token of streams and latency per output token of whole answers against their
-  long-window baselines (Netflix Gradient2, Envoy adaptive concurrency).
+- **Latency** (`gateway.traffic.gradient.GradientLimiter`), for an engine without metrics
+  (`engine: none`): time to first token of streams and latency per output token of whole
+  answers against their long-window baselines (Netflix Gradient2, Envoy adaptive
+  concurrency). Its baseline measurements pin the limit at half of it, never below half the
+  `initial` limit (`min_pin`), for a few seconds at start and then rarely.
 
-With both, the replica's limit is the lower of the two: the engine says when its queue
-forms; latency says when the batch has grown so large that answers slow down past the
-tolerance even without a queue (an engine shows a queue only at `max_num_seqs` or a full
-KV cache, while prefill steps can double time to first token long before: measured in
-bench/capacity.py, the engine limit alone grew to 183 where 17 kept TTFT within 2x). The
-latency limiter's baseline measurements pin the limit at half of it, never below half the
-`initial` limit (`min_pin`), for a few seconds at start and then rarely. The limit is a
-whole number of requests, at least `min_limit`, at most the backend's `max_concurrency`
-(now a ceiling).
+Given both, the replica's limit is the lower of the two. The gateway used to build both
+for an engine with metrics, on the argument that an engine shows a queue only at
+`max_num_seqs` or a full KV cache while prefill steps double time to first token long
+before (bench/capacity.py, the fake engine: the engine limit alone grew to 183 where 17 kept
+TTFT within 2x). In front of the real vLLM the latency limiter held the limit at a third of
+what the engine ran, and SLO goodput at load 1 fell to a seventh of the engine-only
+limit's (bench/slo_goodput.py, three seeds: 2.8 against 22.9 requests/s; docs/slo-goodput.md),
+so it no longer does. The limit is a whole number of requests, at least `min_limit`, at most
+the backend's `max_concurrency` (now a ceiling).
 
 LLM requests are not equal units. Where the engine reports its KV capacity in tokens
 (vLLM's `cache_config_info`), slow start ends at the number of requests of the recent mean

@@ -32,9 +32,9 @@ def test_good_config_parses_with_defaults() -> None:
 
 
 def test_controllers_switched_off_for_an_ablation_parse_as_a_set() -> None:
-    text = GOOD + "traffic: {controllers_off: [pacing, latency, pacing]}\n"
+    text = GOOD + "traffic: {controllers_off: [pacing, limit_memory, pacing]}\n"
     settings = parse_settings(text, "x.yaml", {})
-    assert settings.traffic.controllers_off == {"pacing", "latency"}
+    assert settings.traffic.controllers_off == {"pacing", "limit_memory"}
     assert parse_settings(GOOD, "x.yaml", {}).traffic.controllers_off == frozenset()
 
 
@@ -61,6 +61,13 @@ def test_a_partial_deadline_setting_keeps_the_other_classes_defaults() -> None:
         (GOOD + "  - name: t1\n", "duplicate name 't1' in tenants"),
         ("backends: []\n", "good.yaml:1: backends"),
         (GOOD + "traffic: {controllers_off: [gradient]}\n", "good.yaml:7: traffic.controllers_off"),
+        (
+            GOOD.replace(
+                "models: [m1]",
+                "models: [m1]\n    engine: vllm\n    concurrency: {latency_tolerance: 2}",
+            ),
+            "latency_tolerance applies only with engine: none",
+        ),
     ],
 )
 def test_bad_config_names_key_and_line(text: str, expected: str) -> None:
@@ -98,13 +105,12 @@ def test_serve_with_bad_config_exits_with_message(tmp_path: Path) -> None:
     assert f"{path}:7: tenants.0.priority" in result.stderr
 
 
-def test_latency_off_leaves_an_engine_with_metrics_to_them_alone() -> None:
-    """`controllers_off: [latency]` (an ablation) builds a replica's capacity without the
-    latency limiter where the engine's metrics are read, and keeps it where they are not
-    (it is then the only limiter)."""
+def test_an_engine_with_metrics_is_limited_by_them_alone_and_one_without_by_latency() -> None:
+    """In front of vLLM the latency limiter held the limit far below what the engine ran
+    (docs/slo-goodput.md): an engine whose metrics are read is limited by them alone;
+    latency limits only an engine without (`engine: none`)."""
     text = GOOD.replace("models: [m1]", "models: [m1]\n    engine: vllm")
     vllm = parse_settings(text, "x.yaml", {}).backends[0]
     none = parse_settings(GOOD, "x.yaml", {}).backends[0]
-    assert _capacity(vllm).snapshot().latency_limit is not None
-    assert _capacity(vllm, latency=False).snapshot().latency_limit is None
-    assert _capacity(none, latency=False).snapshot().latency_limit is not None
+    assert _capacity(vllm).snapshot().latency_limit is None
+    assert _capacity(none).snapshot().latency_limit is not None

@@ -152,7 +152,7 @@ def test_the_gateway_learns_what_the_engine_runs_and_queues_the_rest_itself(
     assert queued[len(queued) // 2] >= 10  # the other callers wait at the gateway
     backend = capacity_of(gw.url)
     view = backend["replicas"][0]
-    assert view["source"] == "engine+latency" and view["running"] is not None
+    assert view["source"] == "engine" and view["running"] is not None
     assert backend["pace_per_s"] > 0  # lower classes paced at about one per engine step
 
 

@@ -14,6 +14,7 @@ from bench.slo_goodput import (
     Bodies,
     Objective,
     Phase,
+    limit_figures,
     meets,
     offered,
     streams,
@@ -124,3 +125,22 @@ def test_clients_send_their_deadline_unless_told_not_to_and_give_up_the_same() -
     assert [s.header_timeout_s for s in bare] == [None, None]
     assert [s.client_timeout_s for s in silent] == [s.client_timeout_s for s in sent]
     assert [s.key for s in bare] == [None, None] and all(s.key for s in sent)
+
+
+def test_limit_figures_read_the_first_replicas_limiters_from_readyz() -> None:
+    def readyz(engine: float, latency: float, phase: str) -> str:
+        replica = {
+            "mode": "adaptive",
+            "engine_limit": engine,
+            "latency_limit": latency,
+            "latency": {"phase": phase},
+        }
+        return orjson.dumps({"capacity": {"gpu": {"limit": 9, "replicas": [replica]}}}).decode()
+
+    texts = [readyz(10, 4, "measuring_min"), readyz(20, 8, "probing"), "error: refused"]
+    figures = limit_figures([texts])
+    assert figures[("engine_limit_mean", None)] == 15
+    assert figures[("latency_limit_mean", None)] == 6
+    assert figures[("latency_measuring_share", None)] == 0.5
+    fixed = orjson.dumps({"capacity": {"gpu": {"replicas": [{"mode": "fixed"}]}}}).decode()
+    assert limit_figures([[fixed]]) == {} and limit_figures([]) == {}
