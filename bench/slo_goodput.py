@@ -679,7 +679,16 @@ Figures = dict[tuple[str, str | None], float]
 
 
 class Bench:
-    def __init__(self, plan: Plan, kind: str, work_dir: Path, run: Run, modes: list[str]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        kind: str,
+        work_dir: Path,
+        run: Run,
+        modes: list[str],
+        bound_rps: float | None = None,
+    ) -> None:
+        """`bound_rps`: load 1 given (`--bound-rps`); None: measured first."""
         self.plan = plan
         self.kind = kind
         self.work_dir = work_dir
@@ -690,7 +699,7 @@ class Bench:
         self.loadgen: CapacityLoadGenerator | None = None
         self.gateways: dict[str, list[Gateway]] = {}
         self.results: dict[tuple[int, str, float], Figures] = {}  # (seed, mode, load)
-        self.bound_rps: float | None = None  # `--bound-rps`: load 1 given, not measured
+        self.bound_rps = bound_rps
 
     def start(self, pin: bool) -> None:
         cpus = sorted(os.sched_getaffinity(0))
@@ -957,8 +966,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(seed, engine_name, args.replicas, args.pin == "on", args.deadlines)
     progress(f"seed {seed} (replay with --seed {seed}), engine {engine_name}, modes {modes}")
     with tempfile.TemporaryDirectory(prefix="slo-goodput-") as folder:
-        bench = Bench(plan, args.engine, Path(folder), run, modes)
-        bench.bound_rps = args.bound_rps
+        bench = Bench(plan, args.engine, Path(folder), run, modes, args.bound_rps)
         try:
             bench.start(args.pin == "on")
             bench.measure(repeats)
