@@ -147,7 +147,12 @@ def test_the_gateway_learns_what_the_engine_runs_and_queues_the_rest_itself(
     near = [limit for limit in limits if SEQS - 1 <= limit <= SEQS + 2]
     assert len(near) >= 0.85 * len(limits), str([s["limit"] for s in samples])
     assert all(SEQS // 2 <= limit <= 2 * SEQS for limit in limits), str(limits)
-    assert max(s["waiting"] for s in late) <= 2  # a probe's excess, until the next cut
+    # A probe's excess, until the next cut: at most what the limits above allow past the
+    # engine's 4 (the latency limiter no longer trims a probe where engine metrics are read;
+    # clean-clone runs saw 3 and 4 for a tick), and mostly a wait of a step or two, which
+    # the engine limiter does not count as a full engine (gateway/traffic/capacity.py).
+    waiting = sorted(s["waiting"] for s in late)
+    assert waiting[-1] <= SEQS and waiting[len(waiting) // 2] <= 2, str(waiting)
     queued = sorted(s["queued"] for s in late)
     assert queued[len(queued) // 2] >= 10  # the other callers wait at the gateway
     backend = capacity_of(gw.url)
