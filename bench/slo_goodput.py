@@ -136,6 +136,7 @@ from backends.local_vllm import (  # noqa: E402
     environment,
 )
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model  # noqa: E402
+from bench.capacity import capacity_view as first_backend_view  # noqa: E402
 from bench.capacity_loadgen import (  # noqa: E402
     CapacityLoadGenerator,
     PhaseResult,
@@ -451,12 +452,7 @@ def gateway_config(
 
 def capacity_view(readyz: str) -> dict[str, Any]:
     """The first backend's entry of /readyz's `capacity` ({} if none)."""
-    try:
-        views = orjson.loads(readyz).get("capacity") or {}
-        view: Any = next(iter(views.values()), {})
-    except (orjson.JSONDecodeError, AttributeError, TypeError):
-        return {}
-    return view if isinstance(view, dict) else {}
+    return first_backend_view(readyz) or {}
 
 
 def wait_gateways_idle(gateways: list[Gateway], timeout_s: float = 20.0) -> None:
