@@ -104,7 +104,6 @@ measure (a server that did not start, a gateway that refused its configuration).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
 import os
 import random
@@ -136,7 +135,16 @@ from backends.local_vllm import (  # noqa: E402
     environment,
 )
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model  # noqa: E402
+from bench.capacity import (  # noqa: E402
+    CLASS_OF,
+    KEYS,
+    MODEL,
+    RANK,
+    SHARES,
+    TENANTS,
+)
 from bench.capacity import capacity_view as first_backend_view  # noqa: E402
+from bench.capacity import gateway_config as capacity_gateway_config  # noqa: E402
 from bench.capacity_loadgen import (  # noqa: E402
     CapacityLoadGenerator,
     PhaseResult,
@@ -152,19 +160,12 @@ from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 from tests.support.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
 
 BENCH = "slo_goodput"
-MODEL = "bench-llm"
 CHAT_PATH = "/v1/chat/completions"
-TENANTS = ("interactive", "batch", "noisy")
-CLASS_OF = {"interactive": "interactive", "batch": "batch", "noisy": "batch"}
-RANK = {"interactive": 0, "batch": 1}
-KEYS = {tenant: f"sk-slo-{tenant}" for tenant in TENANTS}
-SHARES = {"interactive": 0.6, "batch": 0.25, "noisy": 0.15}
 # (x-request-timeout sent, when the client gives up), seconds, by class
 DEADLINES = {"interactive": (5.0, 6.0), "batch": (15.0, 18.0)}
 SLO_FACTOR = 2.0  # the objective: within this many times the unloaded p99
 TPOT_MIN_TOKENS = 64  # time per output token is judged on streams at least this long
 UNLOADED_LOAD = 0.04  # the unloaded reference's rate, of load 1 (interactive only)
-UNCONTROLLED_LIMIT = 4096
 MODES = ("bare", "fixed", "adaptive-metrics", "adaptive-latency", "uncontrolled")
 ADAPTIVE = ("adaptive-metrics", "adaptive-latency")
 # `--ablate C`: the mode again with controller C off (traffic.controllers_off), "MODE-no-C".
@@ -419,35 +420,13 @@ def measured_bound_rps(engine: Engine, bodies: Bodies, seconds: float, seed: int
 def gateway_config(
     engine_url: str, work_dir: Path, mode: str, limit: int, name: str
 ) -> dict[str, Any]:
-    backend: dict[str, Any] = {
-        "name": "gpu",
-        "kind": "http",
-        "base_url": engine_url + "/v1",
-        "models": [MODEL],
-    }
+    """bench/capacity.py's gateway for the mode, with its own state file (`name`: one per
+    replica) and, for "MODE-no-C", controller C off."""
     base, _, off = mode.partition(ABLATED)
-    if base == "fixed":
-        backend |= {"max_concurrency": limit, "concurrency": {"mode": "fixed"}}
-    elif base == "adaptive-metrics":
-        backend |= {"engine": "vllm", "priority_scheduling": True}
-    elif base == "adaptive-latency":
-        backend |= {"engine": "none"}
-    else:
-        backend |= {"max_concurrency": UNCONTROLLED_LIMIT, "concurrency": {"mode": "fixed"}}
-    return {
-        "state": {"url": "memory", "path": str(work_dir / f"state-{name}.json")},
-        "cache": {"enabled": False},
-        "traffic": {"controllers_off": [off] if off else []},
-        "backends": [backend],
-        "tenants": [
-            {
-                "name": tenant,
-                "priority": CLASS_OF[tenant],
-                "keys": [{"sha256": hashlib.sha256(key.encode()).hexdigest()}],
-            }
-            for tenant, key in KEYS.items()
-        ],
-    }
+    config = capacity_gateway_config(engine_url, work_dir, base, limit)
+    config["state"]["path"] = str(work_dir / f"state-{name}.json")
+    config["traffic"] = {"controllers_off": [off] if off else []}
+    return config
 
 
 def capacity_view(readyz: str) -> dict[str, Any]:
