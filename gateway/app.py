@@ -21,6 +21,8 @@ from gateway.accesslog import AccessLog
 from gateway.admin.api import admin_routes
 from gateway.batches.routes import BatchApi, batch_routes
 from gateway.compose import Parts, build
+from gateway.dialects.anthropic import Messages
+from gateway.dialects.translated import Translated
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, Unauthenticated, request_id
 from gateway.metrics import Metrics
 from gateway.openai_schema import Kind
@@ -63,6 +65,14 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
 
         return endpoint
 
+    async def messages(request: Request) -> Response:
+        dialect = Messages()
+        return Translated(await parts().pipeline.openai(request, "chat", dialect), dialect)
+
+    async def count_tokens(request: Request) -> Response:
+        dialect = Messages(counting=True)
+        return Translated(await parts().pipeline.count_tokens(request, dialect), dialect)
+
     async def models(request: Request) -> Response:
         return await parts().pipeline.models(request)
 
@@ -93,6 +103,8 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
 
     routes = [
         *(Route(path, openai(kind), methods=["POST"]) for path, kind in OPENAI_ROUTES.items()),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/cache/feedback", cache_feedback, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),

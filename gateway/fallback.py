@@ -76,6 +76,7 @@ class Routed(Protocol):
     pool: Pool
     deadline: Deadline
     fallbacks: tuple[str, ...]
+    path: str
 
 
 class Fallbacks:
@@ -156,7 +157,7 @@ class Fallbacks:
         budget: RetryBudget | None,
     ) -> UpstreamResponse:
         exchange.lease = lease = await pool.acquire(admitted, call.deadline)
-        path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
+        path, streamed = call.path, call.body.streamed
         rid = exchange.request_id
         return await forward(lease, path, body, rid, streamed=streamed, budget=budget)
 

@@ -58,6 +58,12 @@ Dimensions = Annotated[StrictInt, Field(ge=1)]
 
 
 Kind = Literal["chat", "completions", "embeddings"]
+# Where a backend serves each kind (below its base URL, which ends in /v1).
+UPSTREAM_PATHS: dict[Kind, str] = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "embeddings": "/embeddings",
+}
 
 
 class _Body(BaseModel):

@@ -72,6 +72,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": {
             **_openai_paths(),
+            **_anthropic_paths(),
             **batch_paths(_errors, _ok),
             **_admin_paths(),
             **_operational_paths(),
@@ -85,6 +86,12 @@ def openapi_document() -> dict[str, Any]:
                     "description": "A tenant's API key.",
                 },
                 "adminKey": {"type": "http", "scheme": "bearer", "description": "An admin key."},
+                "anthropicKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-api-key",
+                    "description": "A tenant's API key, as Anthropic's clients send it.",
+                },
                 "operatorKey": {
                     "type": "http",
                     "scheme": "bearer",
@@ -220,6 +227,82 @@ def _openai_paths() -> dict[str, Any]:
                 "responses": {**_ok(model_list, "The models."), **_errors(401, 503)},
             }
         },
+    }
+
+
+_ANTHROPIC_ERROR = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
+_TURN = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["user", "assistant"]},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+    },
+}
+
+
+def _anthropic_paths() -> dict[str, Any]:
+    """Anthropic's Messages API (gateway/dialects/anthropic.py): its own error shape."""
+    request = {
+        "type": "object",
+        "required": ["model", "messages"],
+        "properties": {
+            "model": {"type": "string"},
+            "max_tokens": {"type": "integer", "minimum": 1},
+            "messages": {"type": "array", "items": _TURN, "minItems": 1},
+            "system": {"anyOf": [{"type": "string"}, {"type": "array"}]},
+            "stream": {"type": "boolean"},
+            "tools": {"type": "array", "items": {"type": "object"}},
+        },
+    }
+
+    def post(summary: str, answer: dict[str, Any], streams: bool) -> dict[str, Any]:
+        content: dict[str, Any] = {_JSON: {"schema": answer}}
+        if streams:
+            content["text/event-stream"] = {"schema": {"type": "string"}}
+        errors = {
+            str(status): {
+                "description": _STATUS_TEXT[status],
+                "headers": _RETRY if status in (429, 503) else _HEADERS,
+                "content": {_JSON: {"schema": _ANTHROPIC_ERROR}},
+            }
+            for status in (400, 401, 403, 404, 408, 413, 429, 502, 503, 504)
+        }
+        ok = {"description": summary, "headers": _HEADERS, "content": content}
+        return {
+            "post": {
+                "summary": summary,
+                "tags": ["anthropic"],
+                "security": [{"anthropicKey": []}, {"tenantKey": []}],
+                "requestBody": {"required": True, "content": {_JSON: {"schema": request}}},
+                "responses": {"200": ok, **errors},
+            }
+        }
+
+    message = {
+        "type": "object",
+        "required": ["id", "type", "role", "content", "stop_reason", "usage"],
+        "properties": {"type": {"const": "message"}, "content": {"type": "array"}},
+    }
+    counted = {
+        "type": "object",
+        "required": ["input_tokens"],
+        "properties": {"input_tokens": {"type": "integer"}},
+    }
+    return {
+        "/v1/messages": post("Create a message (SSE when `stream` is true)", message, True),
+        "/v1/messages/count_tokens": post("Estimate a message's input tokens", counted, False),
     }
 
 

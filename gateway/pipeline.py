@@ -38,13 +38,14 @@ from gateway.body import BodyReader
 from gateway.cache_http import HttpCache, Probe, reported
 from gateway.coalesce import Flight, Flights
 from gateway.degrade import Degradation, decide, rewritten
+from gateway.dialects import Dialect
 from gateway.disconnect import unless_disconnected
 from gateway.errors import GatewayError, QuotaExceeded, StateUnavailable
 from gateway.fallback import Fallbacks
 from gateway.held import HeldStream
 from gateway.lifecycle import Exchange, Lifecycle
 from gateway.metrics import Metrics
-from gateway.openai_schema import Kind, OpenAIRequest, parse_request
+from gateway.openai_schema import UPSTREAM_PATHS, Kind, OpenAIRequest, parse_request
 from gateway.relay import Ending, stream, whole
 from gateway.settings import Degrade, Priority, Tenant, TrafficSettings
 from gateway.tenancy.auth import Authenticator
@@ -73,6 +74,7 @@ class Call:
     degrade: Degrade | None = None  # its tenant's or model's policy under overload
     # The stream asks the engine for usage the client did not ask for: strip that chunk.
     strip_usage: bool = False
+    path: str = "/chat/completions"  # the backend's route for its kind
 
 
 class Pipeline:
@@ -108,12 +110,33 @@ class Pipeline:
         self._fallbacks = Fallbacks(catalog, pools, metrics)
         self._degrade = degrade or {}  # per model with a policy (gateway/degrade.py)
 
-    async def openai(self, request: Request, kind: Kind) -> Response:
+    async def openai(
+        self, request: Request, kind: Kind, dialect: Dialect | None = None
+    ) -> Response:
+        """A request of `kind`, or one in another API's `dialect` that becomes a chat
+        request once its tenant is known (gateway/dialects/)."""
         exchange = self._lifecycle.begin(request)
         try:
             async with exchange:
-                return await self._serve(request, kind, exchange)
+                return await self._serve(request, kind, exchange, dialect)
         except GatewayError as error:  # the one place errors become responses
+            return error.to_response(exchange.request_id)
+
+    async def count_tokens(self, request: Request, dialect: Dialect) -> Response:
+        """The prompt's size in tokens as the gateway estimates it (what quotas reserve),
+        for a model the tenant may use; nothing is sent to a model."""
+        exchange = self._lifecycle.begin(request, report=False)
+        try:
+            async with exchange:
+                self._body.check_declared(exchange.headers)
+                tenant = await self._authenticate(exchange)
+                raw = await dialect.to_chat(await self._body.read(request), tenant.name)
+                body = parse_request("chat", raw)
+                self._catalog.route(tenant.name, body.model, body.prompt_tokens())
+                counted = orjson.dumps({"input_tokens": body.prompt_tokens()})
+                headers = {"x-request-id": exchange.request_id}
+                return Response(counted, 200, headers, "application/json")
+        except GatewayError as error:
             return error.to_response(exchange.request_id)
 
     async def models(self, request: Request) -> Response:
@@ -142,10 +165,14 @@ class Pipeline:
         exchange.model, exchange.namespace = entry.model, entry.namespace
         return reported(entry, exchange.request_id)
 
-    async def _serve(self, request: Request, kind: Kind, exchange: Exchange) -> Response:
+    async def _serve(
+        self, request: Request, kind: Kind, exchange: Exchange, dialect: Dialect | None
+    ) -> Response:
         self._body.check_declared(exchange.headers)
         tenant = await self._authenticate(exchange)
         raw = await self._body.read(request)
+        if dialect is not None:
+            raw = await dialect.to_chat(raw, tenant.name)
         body = parse_request(kind, raw)
         # A client's model name becomes a metric label, an event and a log field only once
         # it routes: made-up names would grow them without bound.
@@ -230,9 +257,8 @@ class Pipeline:
             upstream = await self._fallbacks.send(call, exchange, admitted)
         else:
             exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
-            path, streamed = exchange.path.removeprefix("/v1"), call.body.streamed
-            body = self._salted(call)
-            upstream = await forward(lease, path, body, exchange.request_id, streamed=streamed)
+            body, streamed = self._salted(call), call.body.streamed
+            upstream = await forward(lease, call.path, body, exchange.request_id, streamed=streamed)
         return self._with_headers(await self._relay(call, exchange, upstream), exchange)
 
     async def _relay(self, call: Call, exchange: Exchange, upstream: UpstreamResponse) -> Response:
@@ -252,7 +278,11 @@ class Pipeline:
         return for_engine(call.raw, Rewrite(stream_usage=False, cache_salt=salt))[0]
 
     async def _authenticate(self, exchange: Exchange) -> Tenant:
-        principal = await self._auth.authenticate(exchange.headers.get("authorization"))
+        headers = exchange.headers
+        # Anthropic's clients send the key as `x-api-key`.
+        api_key = headers.get("x-api-key")
+        bearer = f"Bearer {api_key}" if api_key is not None else None
+        principal = await self._auth.authenticate(headers.get("authorization") or bearer)
         exchange.tenant = principal.tenant
         return self._catalog.tenant(principal.tenant)
 
@@ -272,7 +302,8 @@ class Pipeline:
         policy = tenant.degrade or self._degrade.get(route.model)
         # Every stream asks for usage: quotas are charged what the engine counted.
         raw, strip = for_engine(raw, Rewrite(stream_usage=body.streamed))
-        return Call(body, raw, tenant, pool, priority, deadline, fallbacks, policy, strip)
+        path = UPSTREAM_PATHS[body.kind]
+        return Call(body, raw, tenant, pool, priority, deadline, fallbacks, policy, strip, path)
 
     async def _admit(self, call: Call, exchange: Exchange) -> None:
         exchange.estimate = call.body.reserved_tokens(self._traffic.default_max_tokens)

@@ -83,7 +83,9 @@ def test_admin_operations_need_the_admin_key_and_say_how_they_fail(
             if path.startswith("/admin/"):
                 assert operation["security"] == [{"adminKey": []}]
                 assert {"401", "403", "404", "503"} <= statuses, (path, method)
-            if path.startswith("/v1/"):
+            if path.startswith("/v1/messages"):  # Anthropic's clients send x-api-key
+                assert operation["security"] == [{"anthropicKey": []}, {"tenantKey": []}]
+            elif path.startswith("/v1/"):
                 assert operation["security"] == [{"tenantKey": []}]
                 assert {"401", "503"} <= statuses, (path, method)
             if "requestBody" in operation:

@@ -8,8 +8,9 @@ awkward ways the SSE spec allows (a test double, not a model):
     tools       a `get_weather` tool call, its arguments in pieces; finish `tool_calls`
     refuse      a `refusal` in pieces, no content
 
-Only streamed chat completions (a non-streamed request gets 400). `GET /_stats` counts
-requests. Run: python -m tests.support.rich_upstream --port PORT
+A non-streamed request gets the whole answer its stream stands for (recorded by the
+cache's `StreamRecorder`). `GET /_stats` counts requests.
+Run: python -m tests.support.rich_upstream --port PORT
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 import uvicorn
 
+from cache.sse import StreamRecorder
 from tests.support.asgi import read_body, run_lifespan, send_json
 
 MODELS = ["rich", "rich-cut", "tools", "refuse"]
@@ -47,8 +49,14 @@ class RichUpstream:
 
     async def _answer(self, body: dict[str, Any], send: Any) -> None:
         if not body.get("stream"):
-            error = {"message": "stream only", "type": "invalid_request_error"}
-            await send_json(send, 400, {"error": error})
+            recorder = StreamRecorder("chat")
+            for event in events({**body, "stream_options": {"include_usage": True}}):
+                recorder.feed(event)
+            whole = recorder.result()
+            if whole is None:  # rich-cut: its stream is not a whole answer
+                await send_json(send, 500, {"error": {"message": "cut", "type": "server_error"}})
+            else:
+                await send_json(send, 200, orjson.loads(whole))
             return
         headers = [(b"content-type", b"text/event-stream")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})

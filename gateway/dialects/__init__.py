@@ -1,0 +1,27 @@
+"""APIs other than OpenAI's chat completions, served through the same pipeline.
+
+    anthropic   Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`)
+    responses   OpenAI's Responses API (`POST /v1/responses`, stored responses)
+    translated  the ASGI wrapper that sends the pipeline's chat answers in a dialect's shape
+
+A request in a dialect becomes a chat completions request once its tenant is known
+(`Dialect.to_chat`), so keys, quotas, the cache, coalescing, fair queueing, shedding,
+retries and fallbacks treat it as any chat request, and every backend that serves chat
+completions serves it. The answer, whole or streamed, is translated back on its way out
+(`Translated`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gateway.dialects.translated import Translator
+
+
+class Dialect(Translator, Protocol):
+    """One request in a dialect, from its body to its answer (one object per request)."""
+
+    async def to_chat(self, raw: bytes, tenant: str) -> bytes:
+        """The chat completions body for the request `raw`; raises a GatewayError (400)
+        for a request the dialect's API would refuse."""
+        ...
