@@ -22,6 +22,8 @@ from gateway.admin.api import admin_routes
 from gateway.batches.routes import BatchApi, batch_routes
 from gateway.compose import Parts, build
 from gateway.dialects.anthropic import Messages
+from gateway.dialects.responses import Responses
+from gateway.dialects.stored_routes import stored_routes
 from gateway.dialects.translated import Translated
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, Unauthenticated, request_id
 from gateway.metrics import Metrics
@@ -73,6 +75,10 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
         dialect = Messages(counting=True)
         return Translated(await parts().pipeline.count_tokens(request, dialect), dialect)
 
+    async def responses(request: Request) -> Response:
+        dialect = Responses(parts().responses)
+        return Translated(await parts().pipeline.openai(request, "chat", dialect), dialect)
+
     async def models(request: Request) -> Response:
         return await parts().pipeline.models(request)
 
@@ -105,6 +111,8 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
         *(Route(path, openai(kind), methods=["POST"]) for path, kind in OPENAI_ROUTES.items()),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        *stored_routes(lambda: parts().responses, lambda: parts().pipeline.as_tenant),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/cache/feedback", cache_feedback, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),

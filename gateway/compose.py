@@ -52,6 +52,7 @@ from gateway.batches.store import open_store as open_batch_store
 from gateway.body import BodyReader
 from gateway.cache_http import HttpCache
 from gateway.coalesce import Flights
+from gateway.dialects.stored import MemoryResponses, RedisResponses, ResponseStore
 from gateway.events import (
     REQUESTS,
     SCALE,
@@ -110,6 +111,7 @@ class Parts:
     health: BackendHealth
     pipeline: Pipeline
     admin: AdminApi
+    responses: ResponseStore  # the Responses API's stored responses
     batches: BatchApi | None = None  # None: `batches.enabled: false`
     operators: Operators = NO_OPERATORS  # who reads /metrics and /readyz's details
 
@@ -164,7 +166,9 @@ async def build(
             {b.name: b.scaling for b in settings.backends},
         ),
     )
-    return Parts(store, pools, _health(settings, pools), pipeline, admin, batches, operators)
+    responses = open_response_store(settings, clients, stack)
+    health = _health(settings, pools)
+    return Parts(store, pools, health, pipeline, admin, responses, batches, operators)
 
 
 def _salt_secret(env: dict[str, str]) -> bytes:
@@ -174,6 +178,17 @@ def _salt_secret(env: dict[str, str]) -> bytes:
     restart)."""
     configured = env.get("GATEWAY_CACHE_SALT_SECRET")
     return configured.encode() if configured else secrets.token_bytes(32)
+
+
+def open_response_store(
+    settings: Settings, clients: RedisFactory, stack: contextlib.AsyncExitStack
+) -> ResponseStore:
+    ttl_s, per_tenant = settings.responses.ttl_s, settings.responses.max_per_tenant
+    if settings.state.url == "memory":
+        return MemoryResponses(ttl_s, per_tenant)
+    store = RedisResponses(clients, settings.state.prefix, ttl_s, per_tenant)
+    stack.push_async_callback(store.close)
+    return store
 
 
 def open_state_store(settings: Settings, clients: RedisFactory) -> StateStore:

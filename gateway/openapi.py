@@ -73,6 +73,7 @@ def openapi_document() -> dict[str, Any]:
         "paths": {
             **_openai_paths(),
             **_anthropic_paths(),
+            **_responses_paths(),
             **batch_paths(_errors, _ok),
             **_admin_paths(),
             **_operational_paths(),
@@ -303,6 +304,78 @@ def _anthropic_paths() -> dict[str, Any]:
     return {
         "/v1/messages": post("Create a message (SSE when `stream` is true)", message, True),
         "/v1/messages/count_tokens": post("Estimate a message's input tokens", counted, False),
+    }
+
+
+def _responses_paths() -> dict[str, Any]:
+    """OpenAI's Responses API (gateway/dialects/responses.py, stored.py)."""
+    request = {
+        "type": "object",
+        "required": ["model", "input"],
+        "properties": {
+            "model": {"type": "string"},
+            "input": {
+                "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]
+            },
+            "instructions": {"type": "string"},
+            "max_output_tokens": {"type": "integer", "minimum": 1},
+            "previous_response_id": {"type": "string"},
+            "store": {"type": "boolean"},
+            "stream": {"type": "boolean"},
+            "tools": {"type": "array", "items": {"type": "object"}},
+        },
+    }
+    response = {
+        "type": "object",
+        "required": ["id", "object", "status", "output"],
+        "properties": {"object": {"const": "response"}, "output": {"type": "array"}},
+    }
+    deleted = {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {"deleted": {"const": True}},
+    }
+    items = {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {"data": {"type": "array"}},
+    }
+    stream = {"text/event-stream": {"schema": {"type": "string"}}}
+    created = _ok(response, "The response (SSE of typed events when `stream` is true).")
+    created["200"]["content"].update(stream)
+    one = {
+        "name": "response_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+    }
+
+    def operation(summary: str, ok: dict[str, Any], *errors: int, **extra: Any) -> dict[str, Any]:
+        return {
+            "summary": summary,
+            "tags": ["responses"],
+            "security": [{"tenantKey": []}],
+            "responses": {**ok, **_errors(401, 503, *errors)},
+            **extra,
+        }
+
+    body = {"requestBody": {"required": True, "content": {_JSON: {"schema": request}}}}
+    errors = (400, 403, 404, 408, 413, 429, 502, 504)
+    return {
+        "/v1/responses": {"post": operation("Create a response", created, *errors, **body)},
+        "/v1/responses/{response_id}": {
+            "parameters": [one],
+            "get": operation("A stored response", _ok(response, "The response."), 404),
+            "delete": operation("Delete a stored response", _ok(deleted, "Deleted."), 404),
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "parameters": [one],
+            "get": operation("A stored response's input items", _ok(items, "The items."), 404),
+        },
+        "/v1/responses/{response_id}/cancel": {
+            "parameters": [one],
+            "post": operation("Cancel (background responses only: none here)", {}, 400, 404),
+        },
     }
 
 

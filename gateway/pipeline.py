@@ -25,7 +25,7 @@ delete the entry within the tenant's cache scope (gateway/cache_http.py).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 
 import orjson
@@ -130,7 +130,7 @@ class Pipeline:
             async with exchange:
                 self._body.check_declared(exchange.headers)
                 tenant = await self._authenticate(exchange)
-                raw = await dialect.to_chat(await self._body.read(request), tenant.name)
+                raw = await dialect.to_chat(await self._body.read(request), tenant.owner)
                 body = parse_request("chat", raw)
                 self._catalog.route(tenant.name, body.model, body.prompt_tokens())
                 counted = orjson.dumps({"input_tokens": body.prompt_tokens()})
@@ -140,10 +140,23 @@ class Pipeline:
             return error.to_response(exchange.request_id)
 
     async def models(self, request: Request) -> Response:
+        async def listed(tenant: Tenant) -> Response:
+            body = _model_list(self._catalog.models_for(tenant.name))
+            return Response(body, 200, media_type="application/json")
+
+        return await self.as_tenant(request, listed)
+
+    async def as_tenant(
+        self, request: Request, handler: Callable[[Tenant], Awaitable[Response]]
+    ) -> Response:
+        """`handler`'s answer for the request's tenant (a route that reads, such as
+        `/v1/models` and the stored responses'), logged as a request but not reported."""
         exchange = self._lifecycle.begin(request, report=False)
         try:
             async with exchange:
-                return await self._models(exchange)
+                response = await handler(await self._authenticate(exchange))
+                response.headers["x-request-id"] = exchange.request_id
+                return response
         except GatewayError as error:
             return error.to_response(exchange.request_id)
 
@@ -172,7 +185,7 @@ class Pipeline:
         tenant = await self._authenticate(exchange)
         raw = await self._body.read(request)
         if dialect is not None:
-            raw = await dialect.to_chat(raw, tenant.name)
+            raw = await dialect.to_chat(raw, tenant.owner)
         body = parse_request(kind, raw)
         # A client's model name becomes a metric label, an event and a log field only once
         # it routes: made-up names would grow them without bound.
@@ -417,11 +430,6 @@ class Pipeline:
         if exchange.degraded is not None:
             response.headers["x-degraded"] = exchange.degraded
         return response
-
-    async def _models(self, exchange: Exchange) -> Response:
-        tenant = await self._authenticate(exchange)
-        body = _model_list(self._catalog.models_for(tenant.name))
-        return Response(body, 200, {"x-request-id": exchange.request_id}, "application/json")
 
 
 def _refusal(admission: Admission) -> QuotaExceeded | StateUnavailable:

@@ -280,6 +280,13 @@ class Limits(Strict):
     max_connections: int = Field(default=8192, ge=1)
 
 
+class ResponsesSettings(Strict):
+    """Stored responses of the Responses API (gateway/dialects/stored.py)."""
+
+    ttl_s: float = Field(default=30 * 86400, gt=0)  # OpenAI keeps them 30 days
+    max_per_tenant: int = Field(default=1000, ge=1)  # its oldest forgotten first
+
+
 class Settings(Strict):
     listen: Listen = Listen()
     state: StateSettings = StateSettings()
@@ -292,6 +299,7 @@ class Settings(Strict):
     admin: AdminSettings = AdminSettings()
     pricing: dict[str, Price] = Field(default_factory=dict)  # by model name
     batches: BatchSettings = BatchSettings()
+    responses: ResponsesSettings = ResponsesSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Per model: the models tried in its place (gateway/fallback.py); also per backend.
     fallbacks: dict[Name, list[Name]] = Field(default_factory=dict)

@@ -1,7 +1,8 @@
 """APIs other than OpenAI's chat completions, served through the same pipeline.
 
     anthropic   Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`)
-    responses   OpenAI's Responses API (`POST /v1/responses`, stored responses)
+    responses   OpenAI's Responses API (`POST /v1/responses`)
+    stored      the Responses API's stored responses, and their routes
     translated  the ASGI wrapper that sends the pipeline's chat answers in a dialect's shape
 
 A request in a dialect becomes a chat completions request once its tenant is known
@@ -13,15 +14,30 @@ completions serves it. The answer, whole or streamed, is translated back on its 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
+
+import orjson
 
 from gateway.dialects.translated import Translator
+from gateway.errors import BadRequest
 
 
 class Dialect(Translator, Protocol):
     """One request in a dialect, from its body to its answer (one object per request)."""
 
-    async def to_chat(self, raw: bytes, tenant: str) -> bytes:
-        """The chat completions body for the request `raw`; raises a GatewayError (400)
-        for a request the dialect's API would refuse."""
+    async def to_chat(self, raw: bytes, owner: str) -> bytes:
+        """The chat completions body for the request `raw` of the tenant whose data `owner`
+        names (`Tenant.owner`); raises a GatewayError (400) for a request the dialect's
+        API would refuse."""
         ...
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A dialect request's body, which must be a JSON object."""
+    try:
+        fields = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"The body is not valid JSON: {exc}") from exc
+    if not isinstance(fields, dict):
+        raise BadRequest("The body must be a JSON object.")
+    return fields

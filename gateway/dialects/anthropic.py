@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from cache.sse import event_data
+from gateway.dialects import json_object
 from gateway.dialects.translated import sse_event
 from gateway.errors import BadRequest, UpstreamError
 
@@ -66,8 +67,8 @@ class Messages:
         self.stop_sequences: list[str] = []
         self._stream = _Stream(self)
 
-    async def to_chat(self, raw: bytes, tenant: str) -> bytes:
-        fields = _object(raw)
+    async def to_chat(self, raw: bytes, owner: str) -> bytes:
+        fields = json_object(raw)
         if self.counting:  # a count's body has no max_tokens; it has no answer
             fields = {"max_tokens": 1, **fields}
         chat = to_chat(fields)
@@ -430,16 +431,6 @@ def _error_object(error: dict[str, Any], status: int) -> bytes:
 
 def _named(kind: str, fields: dict[str, Any]) -> bytes:
     return sse_event(kind, orjson.dumps({"type": kind, **fields}))
-
-
-def _object(raw: bytes) -> dict[str, Any]:
-    try:
-        fields = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"The body is not valid JSON: {exc}") from exc
-    _require(isinstance(fields, dict), "The body must be a JSON object.", None)
-    assert isinstance(fields, dict)
-    return fields
 
 
 def _is_text(block: Any) -> bool:

@@ -18,10 +18,10 @@ so an identical cacheable request can fail where another succeeds).
     malformed-json  answers 200 with a cut JSON body; streamed, one event is not JSON
     broken-sse      streams one chunk, then half an event, and ends (no blank line, no [DONE])
 
-`GET /_last` returns the headers of the last request; `GET /_stats` counts requests (by
-model, by the body's `user` when it has one, by the `max_tokens` sent) and streams that the
-client abandoned (to check that the gateway cancels upstream requests); `GET /_crash` kills
-the process at once.
+`GET /_last` returns the headers of the last request, `GET /_last_body` its body;
+`GET /_stats` counts requests (by model, by the body's `user` when it has one, by the
+`max_tokens` sent) and streams that the client abandoned (to check that the gateway
+cancels upstream requests); `GET /_crash` kills the process at once.
 
 Run: python -m tests.support.fake_upstream --port PORT [--echo-delay-ms MS] [--startup-delay-s S]
 (`--echo-delay-ms`: `echo` answers after that long, as a model would take; `--startup-delay-s`:
@@ -77,6 +77,7 @@ class FakeUpstream:
     def __init__(self, echo_delay_s: float = 0.0) -> None:
         self.echo_delay_s = echo_delay_s
         self.last_headers: dict[str, str] = {}
+        self.last_body: dict[str, Any] = {}
         self.stats = {"requests": 0, "abandoned_streams": 0, "active_streams": 0}
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
@@ -89,7 +90,7 @@ class FakeUpstream:
             return
         self.stats["requests"] += 1
         self.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        body = orjson.loads(await read_body(receive))
+        body = self.last_body = orjson.loads(await read_body(receive))
         counted = f"model:{body.get('model')}"
         self.stats[counted] = self.stats.get(counted, 0) + 1
         if isinstance(body.get("user"), str):  # per caller-chosen tag (batch lines' custom_id)
@@ -106,6 +107,8 @@ class FakeUpstream:
             await send_json(send, 200, {"object": "list", "data": data})
         elif path == "/_last":
             await send_json(send, 200, self.last_headers)
+        elif path == "/_last_body":
+            await send_json(send, 200, self.last_body)
         elif path == "/_stats":
             await send_json(send, 200, self.stats)
         elif path == "/_crash":  # a model server dying at once, mid-whatever

@@ -1,0 +1,506 @@
+"""OpenAI's Responses API (`POST /v1/responses`) as chat completions, and back.
+
+Request: `instructions` become a system message; `input` (a string, or items) becomes
+turns: messages (`input_text`, `input_image`, `output_text`), `function_call` items an
+assistant turn's `tool_calls`, `function_call_output` items `tool` messages (reasoning
+items are dropped: a chat backend cannot take them back). With `previous_response_id`, the
+stored conversation of that response comes first (its instructions do not, as the API
+says). `max_output_tokens`, function `tools`, `tool_choice`, `parallel_tool_calls`,
+`text.format` and the sampling fields map to their chat fields. What a chat backend cannot
+do (built-in tools, background responses, file ids, item references) is refused with a
+400 that names it.
+
+Answer: a chat completion becomes a `response` whose `output` holds a `message` item
+(`output_text`) and a `function_call` item per tool call; `status` is `incomplete` when
+the answer hit its token cap. A stream becomes the typed events in the API's order:
+`response.created`, `response.in_progress`, per item `response.output_item.added`, its
+deltas (`response.output_text.delta` after `response.content_part.added`, or
+`response.function_call_arguments.delta`) and their `.done` events, then
+`response.completed` (or `response.incomplete`, or `response.failed` for an error
+mid-stream), each with its `sequence_number`. Errors before the answer are OpenAI's error
+JSON already, and pass unchanged.
+
+A response is stored (`store`, true by default) once it has been sent whole, for
+`previous_response_id` and `GET /v1/responses/{id}` (gateway/dialects/stored.py).
+
+Reference: https://platform.openai.com/docs/api-reference/responses
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import orjson
+
+from cache.sse import event_data
+from gateway.dialects import json_object
+from gateway.dialects.stored import ResponseStore, Stored
+from gateway.dialects.translated import sse_event
+from gateway.errors import BadRequest, NotFound
+
+SAMPLING = ("temperature", "top_p")
+ECHOED = ("instructions", "max_output_tokens", "metadata", "previous_response_id", "user")
+ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def new_id(prefix: str) -> str:
+    # Unique, not secret: a stored response is found only within its tenant.
+    return f"{prefix}_{random.getrandbits(192):048x}"
+
+
+class Responses:
+    """One `/v1/responses` request (`gateway.dialects.Dialect`)."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self._store = store
+        self.id = new_id("resp")
+        self.created_at = int(time.time())
+        self._fields: dict[str, Any] = {}
+        self._owner = ""
+        self._history: list[dict[str, Any]] = []  # the conversation, without instructions
+        self._input: list[dict[str, Any]] = []
+        self._final: dict[str, Any] | None = None  # the response, once complete
+        self._stream = _Stream(self)
+
+    async def to_chat(self, raw: bytes, owner: str) -> bytes:
+        fields = json_object(raw)
+        self._owner, self._fields = owner, fields
+        _refuse_unsupported(fields)
+        model = fields.get("model")
+        if not isinstance(model, str) or not model:
+            raise BadRequest("model: a model name is required", param="model")
+        self._input = input_items(fields.get("input"))
+        self._history = [*await self._previous(fields), *turns(self._input)]
+        chat: dict[str, Any] = {"model": model, "messages": self._messages()}
+        chat.update(chat_options(fields))
+        return orjson.dumps(chat)
+
+    async def _previous(self, fields: dict[str, Any]) -> list[dict[str, Any]]:
+        previous = fields.get("previous_response_id")
+        if previous is None:
+            return []
+        if not isinstance(previous, str):
+            raise BadRequest("previous_response_id: a response id", param="previous_response_id")
+        stored = await self._store.get(self._owner, previous)
+        if stored is None:
+            raise NotFound(f"Previous response with id '{previous}' not found.")
+        return stored.history
+
+    def _messages(self) -> list[dict[str, Any]]:
+        instructions = self._fields.get("instructions")
+        if instructions is None:
+            return self._history
+        if not isinstance(instructions, str):
+            raise BadRequest("instructions: a string", param="instructions")
+        return [{"role": "system", "content": instructions}, *self._history]
+
+    def response(self, status: str, output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        """The response object with the request's own fields echoed, as the API does."""
+        fields = self._fields
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "model": fields.get("model"),
+            "output": output,
+            "error": None,
+            "incomplete_details": None,
+            "usage": None,
+            **{k: fields.get(k) for k in ECHOED},
+            "parallel_tool_calls": fields.get("parallel_tool_calls", True),
+            "temperature": fields.get("temperature", 1.0),
+            "top_p": fields.get("top_p", 1.0),
+            "tool_choice": fields.get("tool_choice", "auto"),
+            "tools": fields.get("tools") or [],
+            "text": fields.get("text") or {"format": {"type": "text"}},
+            "store": fields.get("store", True),
+            "truncation": "disabled",
+            "background": False,
+            **extra,
+        }
+
+    def completed(self, output: list[dict[str, Any]], finish: Any, usage: Any) -> dict[str, Any]:
+        """The final response, remembered to be stored once sent."""
+        reason = INCOMPLETE.get(finish) if isinstance(finish, str) else None
+        details = {"reason": reason} if reason else None
+        status = "incomplete" if reason else "completed"
+        final = self.response(
+            status, output, incomplete_details=details, usage=response_usage(usage)
+        )
+        self._final = final
+        return final
+
+    def whole(self, status: int, body: bytes) -> tuple[int, bytes]:
+        if status != 200:
+            return status, body  # OpenAI's error JSON already
+        try:
+            answer = orjson.loads(body)
+            choice = answer["choices"][0]
+            output = output_items(choice.get("message") or {})
+            final = self.completed(output, choice.get("finish_reason"), answer.get("usage"))
+        except (orjson.JSONDecodeError, LookupError, TypeError, AttributeError):
+            return 502, _error("The backend's answer is not a chat completion.", "upstream_error")
+        return 200, orjson.dumps(final)
+
+    def events(self, events: list[bytes]) -> bytes:
+        return b"".join(self._stream.event(e) for e in events)
+
+    def end(self) -> bytes:
+        return b""
+
+    async def sent(self) -> None:
+        final = self._final
+        if final is None or self._fields.get("store", True) is False:
+            return
+        history = [*self._history, assistant_turn(final["output"])]
+        listed = [listed_item(item) for item in self._input]
+        await self._store.put(self._owner, Stored(final, history, listed))
+
+
+class _Stream:
+    """Chat chunks in, the Responses API's typed events out, one output item at a time."""
+
+    def __init__(self, request: Responses) -> None:
+        self._request = request
+        self._sequence = 0
+        self._started = False
+        self._over = False
+        self._open: dict[str, Any] | None = None  # the output item being streamed
+        self._open_key: tuple[str, int] | None = None  # ("text", -1) or ("tool", index)
+        self._output: list[dict[str, Any]] = []
+        self._finish: Any = None
+        self._usage: Any = None
+
+    def event(self, event: bytes) -> bytes:
+        data = event_data(event)
+        if data is None:
+            return event + b"\n\n"  # a comment (keep-alive): passed on
+        if self._over:
+            return b""
+        if data.strip() == b"[DONE]":
+            return self._done()
+        chunk = orjson.loads(data)
+        if "error" in chunk:
+            return self._failed(chunk["error"] if isinstance(chunk["error"], dict) else {})
+        out = b"" if self._started else self._start()
+        self._usage = chunk.get("usage") or self._usage
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) == 0:
+                out += self._delta(choice)
+        return out
+
+    def _emit(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return sse_event(kind, orjson.dumps(data))
+
+    def _start(self) -> bytes:
+        self._started = True
+        response = self._request.response("in_progress", [])
+        out = self._emit("response.created", response=response)
+        return out + self._emit("response.in_progress", response=response)
+
+    def _delta(self, choice: dict[str, Any]) -> bytes:
+        delta = choice.get("delta") or {}
+        out = b""
+        text = (delta.get("content") or "") + (delta.get("refusal") or "")
+        if text:
+            out += self._text(text)
+        for call in delta.get("tool_calls") or []:
+            out += self._arguments(call)
+        if choice.get("finish_reason"):
+            self._finish = choice["finish_reason"]
+        return out
+
+    def _text(self, text: str) -> bytes:
+        out = b""
+        if self._open_key != ("text", -1):
+            out += self._close()
+            item = {"id": new_id("msg"), "type": "message", "status": "in_progress"}
+            out += self._added(("text", -1), {**item, "role": "assistant", "content": []})
+            part = {"type": "output_text", "text": "", "annotations": []}
+            out += self._emit("response.content_part.added", **self._at(0), part=part)
+        assert self._open is not None
+        self._open["text"] = self._open.get("text", "") + text
+        return out + self._emit(
+            "response.output_text.delta", **self._at(0), delta=text, logprobs=[]
+        )
+
+    def _arguments(self, call: dict[str, Any]) -> bytes:
+        out = b""
+        function = call.get("function") or {}
+        if self._open_key != ("tool", call.get("index", 0)):
+            out += self._close()
+            item: dict[str, Any] = {"id": new_id("fc"), "type": "function_call"}
+            item.update(status="in_progress", call_id=call.get("id"), name=function.get("name"))
+            item["arguments"] = ""
+            out += self._added(("tool", call.get("index", 0)), item)
+        assert self._open is not None
+        piece = function.get("arguments") or ""
+        if not piece:
+            return out
+        self._open["arguments"] += piece
+        where = {"item_id": self._open["id"], "output_index": len(self._output)}
+        return out + self._emit("response.function_call_arguments.delta", **where, delta=piece)
+
+    def _added(self, key: tuple[str, int], item: dict[str, Any]) -> bytes:
+        self._open, self._open_key = item, key
+        return self._emit("response.output_item.added", output_index=len(self._output), item=item)
+
+    def _at(self, content_index: int) -> dict[str, Any]:
+        assert self._open is not None
+        item_id, index = self._open["id"], len(self._output)
+        return {"item_id": item_id, "output_index": index, "content_index": content_index}
+
+    def _close(self) -> bytes:
+        item = self._open
+        if item is None:
+            return b""
+        out = b""
+        if item["type"] == "message":
+            text = item.pop("text", "")
+            part = {"type": "output_text", "text": text, "annotations": []}
+            out += self._emit("response.output_text.done", **self._at(0), text=text, logprobs=[])
+            out += self._emit("response.content_part.done", **self._at(0), part=part)
+            item["content"] = [part]
+        else:
+            where = {"item_id": item["id"], "output_index": len(self._output)}
+            arguments, name = item["arguments"], item["name"]
+            out += self._emit(
+                "response.function_call_arguments.done", **where, arguments=arguments, name=name
+            )
+        item["status"] = "completed"
+        out += self._emit("response.output_item.done", output_index=len(self._output), item=item)
+        self._output.append(item)
+        self._open = self._open_key = None
+        return out
+
+    def _done(self) -> bytes:
+        self._over = True
+        out = self._close()
+        final = self._request.completed(self._output, self._finish, self._usage)
+        kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
+        return out + self._emit(kind, response=final)
+
+    def _failed(self, error: dict[str, Any]) -> bytes:
+        self._over = True
+        out = b"" if self._started else self._start()
+        failure = {"code": error.get("code") or "server_error", "message": error.get("message")}
+        response = self._request.response("failed", self._output, error=failure)
+        return out + self._emit("response.failed", response=response)
+
+
+def input_items(value: Any) -> list[dict[str, Any]]:
+    """`input` as a list of items (a string is one user message)."""
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if not isinstance(value, list) or not all(isinstance(i, dict) for i in value):
+        raise BadRequest("input: a string or a list of items", param="input")
+    return value
+
+
+def turns(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Input items as chat messages; consecutive function calls are one assistant turn."""
+    messages: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        kind, where = item.get("type", "message"), f"input.{i}"
+        if kind == "message":
+            messages.append(_message(item, where))
+        elif kind == "function_call":
+            _call(messages, item, where)
+        elif kind == "function_call_output":
+            messages.append(_call_output(item, where))
+        elif kind != "reasoning":
+            raise BadRequest(
+                f"{where}: a '{kind}' item cannot be sent to a chat backend", param=where
+            )
+    return messages
+
+
+def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
+    role = ROLES.get(item.get("role"))  # type: ignore[arg-type]
+    if role is None:
+        raise BadRequest(f"{where}.role: user, assistant, system or developer", param=where)
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}.content: a string or content parts", param=where)
+    parts = [_part(p, f"{where}.content.{j}") for j, p in enumerate(content)]
+    if role != "user" or all(p["type"] == "text" for p in parts):
+        return {"role": role, "content": "".join(p.get("text", "") for p in parts)}
+    return {"role": role, "content": parts}
+
+
+def _part(part: Any, where: str) -> dict[str, Any]:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in ("input_text", "output_text", "text", "refusal"):
+        text = part.get("text", part.get("refusal"))
+        if isinstance(text, str):
+            return {"type": "text", "text": text}
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        image = {"url": part["image_url"], "detail": part.get("detail") or "auto"}
+        return {"type": "image_url", "image_url": image}
+    raise BadRequest(f"{where}: a '{kind}' part cannot be sent to a chat backend", param=where)
+
+
+def _call(messages: list[dict[str, Any]], item: dict[str, Any], where: str) -> None:
+    name, arguments, call_id = item.get("name"), item.get("arguments"), item.get("call_id")
+    if not (isinstance(name, str) and isinstance(arguments, str) and isinstance(call_id, str)):
+        raise BadRequest(f"{where}: a function_call needs call_id, name and arguments", param=where)
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+        last["tool_calls"].append(call)
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def _call_output(item: dict[str, Any], where: str) -> dict[str, Any]:
+    output, call_id = item.get("output"), item.get("call_id")
+    if isinstance(output, list):
+        output = "".join(_part(p, f"{where}.output").get("text", "") for p in output)
+    if not (isinstance(output, str) and isinstance(call_id, str)):
+        raise BadRequest(f"{where}: a function_call_output needs call_id and output", param=where)
+    return {"role": "tool", "tool_call_id": call_id, "content": output}
+
+
+def chat_options(fields: dict[str, Any]) -> dict[str, Any]:
+    chat: dict[str, Any] = {k: fields[k] for k in SAMPLING if fields.get(k) is not None}
+    if fields.get("max_output_tokens") is not None:
+        chat["max_tokens"] = fields["max_output_tokens"]
+    if isinstance(fields.get("user"), str):
+        chat["user"] = fields["user"]
+    if fields.get("stream") is True:
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}  # the final response's usage
+    if fields.get("tools"):
+        chat["tools"] = [_tool(t, f"tools.{i}") for i, t in enumerate(fields["tools"])]
+    if fields.get("tool_choice") is not None:
+        chat["tool_choice"] = _tool_choice(fields["tool_choice"])
+    if fields.get("parallel_tool_calls") is not None:
+        chat["parallel_tool_calls"] = fields["parallel_tool_calls"]
+    chat.update(_format(fields.get("text")))
+    return chat
+
+
+def _tool(tool: Any, where: str) -> dict[str, Any]:
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if kind != "function" or not isinstance(tool.get("name"), str):
+        raise BadRequest(
+            f"{where}: only function tools (with a name) are available here", param=where
+        )
+    function = {"name": tool["name"], "parameters": tool.get("parameters") or {}}
+    function.update({k: tool[k] for k in ("description", "strict") if tool.get(k) is not None})
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("name"), str)
+    ):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise BadRequest("tool_choice: auto, none, required or a function by name", param="tool_choice")
+
+
+def _format(text: Any) -> dict[str, Any]:
+    shape = text.get("format") if isinstance(text, dict) else None
+    kind = shape.get("type") if isinstance(shape, dict) else None
+    if shape is None or kind == "text":
+        return {}
+    assert isinstance(shape, dict)
+    if kind == "json_object":
+        return {"response_format": {"type": "json_object"}}
+    if kind == "json_schema":
+        schema = {k: shape[k] for k in ("name", "schema", "strict", "description") if k in shape}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    raise BadRequest("text.format: text, json_object or json_schema", param="text.format")
+
+
+def _refuse_unsupported(fields: dict[str, Any]) -> None:
+    if fields.get("background") is True:
+        raise BadRequest("background responses are not available here", param="background")
+    if fields.get("conversation") is not None:
+        raise BadRequest("conversation: use previous_response_id here", param="conversation")
+
+
+def listed_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item as `input_items` lists it: with an id, a message's text as a part."""
+    listed = {"id": new_id("msg"), "type": "message", **item}
+    if listed["type"] == "message" and isinstance(listed.get("content"), str):
+        kind = "output_text" if listed.get("role") == "assistant" else "input_text"
+        listed["content"] = [{"type": kind, "text": listed["content"]}]
+    return listed
+
+
+def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat message as output items: its text, then a function call per tool call."""
+    items: list[dict[str, Any]] = []
+    text = (message.get("content") or "") + (message.get("refusal") or "")
+    if text:
+        part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+        item = {"id": new_id("msg"), "type": "message", "status": "completed"}
+        items.append({**item, "role": "assistant", "content": [part]})
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        item = {"id": new_id("fc"), "type": "function_call", "status": "completed"}
+        arguments = function.get("arguments") or ""
+        items.append(
+            {
+                **item,
+                "call_id": call.get("id"),
+                "name": function.get("name"),
+                "arguments": arguments,
+            }
+        )
+    return items
+
+
+def assistant_turn(output: list[dict[str, Any]]) -> dict[str, Any]:
+    """Output items as the chat assistant message they came from (for the history)."""
+    text = "".join(
+        part["text"] for item in output if item["type"] == "message" for part in item["content"]
+    )
+    calls = [
+        {
+            "id": i["call_id"],
+            "type": "function",
+            "function": {"name": i["name"], "arguments": i["arguments"]},
+        }
+        for i in output
+        if i["type"] == "function_call"
+    ]
+    turn: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        turn["tool_calls"] = calls
+    return turn
+
+
+def response_usage(chat: Any) -> dict[str, Any] | None:
+    if not isinstance(chat, dict):
+        return None
+    prompt, completion = (
+        int(chat.get("prompt_tokens") or 0),
+        int(chat.get("completion_tokens") or 0),
+    )
+    cached = int((chat.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    reasoning = int((chat.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + completion,
+    }
+
+
+def _error(message: str, kind: str) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
