@@ -98,7 +98,10 @@ def start_engine(root: Path, folder: Path) -> Engine:
     # compilation (12 s instead of 29 here).
     model = write_tiny_chat_model(default_model(root), shape=VLLM)
     port = free_port()
-    extra = ["--max-num-seqs", str(MAX_NUM_SEQS)]
+    # A tool parser: vLLM refuses a named tool_choice without one (it then constrains the
+    # output to the tool's schema itself; `pythonic` needs no special tokens).
+    tools = ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"]
+    extra = ["--max-num-seqs", str(MAX_NUM_SEQS), *tools]
     server = ServerProcess(
         command_line(python, model, port, name=MODEL, extra=extra),
         f"http://127.0.0.1:{port}/health",
