@@ -66,7 +66,9 @@ class Translated(Response):
         headers = dict(message.get("headers", []))
         self._streamed = headers.get(b"content-type", b"").startswith(SSE)
         if self._streamed:
-            await send(message)
+            # A replayed stream (a cache hit) may state its length: the translation's differs.
+            kept = [(k, v) for k, v in message["headers"] if k.lower() != b"content-length"]
+            await send({**message, "headers": kept})
         else:
             self._start = message  # sent with the translated body's length
 
