@@ -135,16 +135,18 @@ async def build(
     auth = Authenticator(store, config_keys)
     http_cache = HttpCache(cache, _policy(settings), metrics)
     events = open_event_log(settings, clients, REQUESTS, metrics, stack, tasks)
-    lifecycle = Lifecycle(quotas, http_cache, metrics, access, events)
+    lifecycle = Lifecycle(quotas, http_cache, metrics, access, events, settings.pricing)
     limits = settings.limits
     body = BodyReader(limits.max_body_bytes, limits.body_timeout_s)
     # coalescing, fallbacks, degradation under overload
     routing = (Flights(tasks), settings.fallback_chains(), settings.degrade)
     path_parts = (pools, quotas, http_cache, settings.traffic, metrics, lifecycle, body, *routing)
     salt = _salt_secret(env)
-    pipeline = Pipeline(auth, catalog, *path_parts, salt_secret=salt)
+    prices = settings.pricing
+    pipeline = Pipeline(auth, catalog, *path_parts, salt_secret=salt, pricing=prices)
     # Batch lines take the same path, as their job's tenant and in the batch class.
-    lines = Pipeline(LineAuthenticator(catalog), BatchClass(catalog), *path_parts, salt_secret=salt)
+    line_parts = (LineAuthenticator(catalog), BatchClass(catalog), *path_parts)
+    lines = Pipeline(*line_parts, salt_secret=salt, pricing=prices)
     batches = await build_batches(
         settings, clients, lines, auth, catalog, metrics, access, stack, tasks
     )

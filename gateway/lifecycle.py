@@ -21,6 +21,7 @@ An exception leaving the block is turned into the `GatewayError` the client gets
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -35,6 +36,7 @@ from gateway.errors import GatewayError, as_error, request_id
 from gateway.events import EventLog, RequestEvent, refusal_reason
 from gateway.metrics import Metrics
 from gateway.relay import Ending, Finish
+from gateway.settings import Price
 from gateway.tenancy.quotas import Admission, QuotaEnforcer
 from gateway.traffic.pool import Lease
 from gateway.usage import TokenUsage, UsageTap, usage_of
@@ -130,8 +132,10 @@ class Lifecycle:
         metrics: Metrics,
         access: AccessLog,
         events: EventLog | None,
+        pricing: Mapping[str, Price] | None = None,
     ) -> None:
         self._quotas = quotas
+        self._pricing = pricing or {}  # per model: what spend budgets charge
         self._cache = cache
         self._metrics = metrics
         self._access = access
@@ -182,8 +186,18 @@ class Lifecycle:
         reservation = exchange.admission.reservation
         if reservation is not None:
             # A disconnect must not cancel the refund, or the tenant pays for nothing.
+            cost = self._cost(exchange, usage) if reservation.cost else 0
             with anyio.CancelScope(shield=True):
-                await self._quotas.settle(reservation, usage.total)
+                await self._quotas.settle(reservation, usage.total, cost)
+
+    def _cost(self, exchange: Exchange, usage: TokenUsage) -> int:
+        """What the answer cost at the price of the model that gave it (a fallback's, when
+        one answered); a model without a price is charged the hold, never nothing."""
+        price = self._pricing.get(exchange.fallback or exchange.model or "")
+        reservation = exchange.admission.reservation
+        if price is None:
+            return reservation.cost if reservation is not None else 0
+        return price.micro_usd(usage.prompt, usage.cached, usage.completion)
 
     def _record(self, exchange: Exchange, ending: Ending, usage: TokenUsage) -> None:
         seconds = time.perf_counter() - exchange.started

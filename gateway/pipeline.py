@@ -40,14 +40,14 @@ from gateway.coalesce import Flight, Flights
 from gateway.degrade import Degradation, decide, rewritten
 from gateway.dialects import Dialect
 from gateway.disconnect import unless_disconnected
-from gateway.errors import GatewayError, QuotaExceeded, StateUnavailable
+from gateway.errors import GatewayError, ModelNotAllowed, QuotaExceeded, StateUnavailable
 from gateway.fallback import Fallbacks
 from gateway.held import HeldStream
 from gateway.lifecycle import Exchange, Lifecycle
 from gateway.metrics import Metrics
 from gateway.openai_schema import UPSTREAM_PATHS, Kind, OpenAIRequest, parse_request
 from gateway.relay import Ending, stream, whole
-from gateway.settings import Degrade, Priority, Tenant, TrafficSettings
+from gateway.settings import Degrade, Price, Priority, Tenant, TrafficSettings
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.quotas import Admission, QuotaEnforcer, QuotaLimits
 from gateway.tenancy.tenants import Catalog
@@ -94,6 +94,7 @@ class Pipeline:
         degrade: Mapping[str, Degrade] | None = None,
         *,
         salt_secret: bytes = b"",
+        pricing: Mapping[str, Price] | None = None,
     ) -> None:
         self._auth = auth
         self._salt_secret = salt_secret  # keys each tenant's vLLM cache_salt
@@ -109,6 +110,7 @@ class Pipeline:
         self._chains = fallbacks  # per model with fallbacks, the models tried in its place
         self._fallbacks = Fallbacks(catalog, pools, metrics)
         self._degrade = degrade or {}  # per model with a policy (gateway/degrade.py)
+        self._pricing = pricing or {}  # per model: what spend budgets charge
 
     async def openai(
         self, request: Request, kind: Kind, dialect: Dialect | None = None
@@ -327,14 +329,30 @@ class Pipeline:
             q.max_concurrent,
             q.tokens_per_day,
             q.tokens_per_month,
+            _micro(q.usd_per_day),
+            _micro(q.usd_per_month),
         )
         if limits.unlimited:
             return  # nothing to reserve or settle
-        admission = await self._quotas.admit(call.tenant.owner, limits, exchange.estimate)
+        cost = self._cost_bound(call, exchange.estimate) if q.spends else 0
+        owner = call.tenant.owner
+        admission = await self._quotas.admit(owner, limits, exchange.estimate, cost)
         if not admission.allowed:
             self._metrics.quota_rejected(call.tenant.name, admission.reason or "unknown")
-            raise _refusal(admission)
+            raise _refusal(admission, cost)
         exchange.admission = admission
+
+    def _cost_bound(self, call: Call, estimate: int) -> int:
+        """The most the request can cost at its model's price (its prompt estimate and
+        whole output budget), held against the spend budgets until the answer is known."""
+        price = self._pricing.get(call.body.model)
+        if price is None:  # a tenant made by the admin API since start-up may reach one
+            raise ModelNotAllowed(
+                f"The model '{call.body.model}' has no price, and this tenant has a spend "
+                "budget: it may use priced models only."
+            )
+        output = call.body.output_budget(self._traffic.default_max_tokens)
+        return price.micro_usd(estimate - output, 0, output)
 
     async def _lookup(self, call: Call, exchange: Exchange) -> Response | None:
         cache_control = exchange.headers.get("cache-control")
@@ -432,7 +450,24 @@ class Pipeline:
         return response
 
 
-def _refusal(admission: Admission) -> QuotaExceeded | StateUnavailable:
+SPEND_PERIODS = {"usd_per_day": "day", "usd_per_month": "month"}
+
+
+def _overspent(admission: Admission, reason: str, cost: int) -> QuotaExceeded:
+    """A spend budget's refusal: what the request could cost, what is left, when it resets."""
+    period = SPEND_PERIODS[reason]
+    left = admission.headers.get(f"x-budget-remaining-usd-{period}", "0")
+    when = (
+        "" if admission.retry_after_s is None else f"; it resets in {admission.retry_after_s:.0f} s"
+    )
+    message = (
+        f"This request could cost up to ${cost / 1e6:.6f}, more than the ${left} left of "
+        f"your spend budget for this UTC {period}{when}."
+    )
+    return QuotaExceeded(message, headers=admission.headers, code="insufficient_quota")
+
+
+def _refusal(admission: Admission, cost: int = 0) -> QuotaExceeded | StateUnavailable:
     if admission.unavailable:
         return StateUnavailable(
             "The quota store is unreachable and this tenant's budget cannot be checked.",
@@ -440,13 +475,19 @@ def _refusal(admission: Admission) -> QuotaExceeded | StateUnavailable:
             headers=admission.headers,
         )
     reason = admission.reason or "quota"
+    if reason in SPEND_PERIODS:
+        return _overspent(admission, reason, cost)
     if admission.retry_after_s is None:
         message = f"This request alone exceeds your {reason.replace('_', ' ')} limit."
     else:
         message = f"Rate limit reached for {reason.replace('_', ' ')}; retry later."
-    budget = reason in ("tokens_per_day", "tokens_per_month")
+    budget = reason in ("tokens_per_day", "tokens_per_month", "usd_per_day", "usd_per_month")
     code = "insufficient_quota" if budget else "rate_limit_exceeded"
     return QuotaExceeded(message, headers=admission.headers, code=code)
+
+
+def _micro(usd: float | None) -> int | None:
+    return None if usd is None else round(usd * 1_000_000)
 
 
 def _asked_tokens(body: OpenAIRequest, budget: int) -> int | None:

@@ -8,6 +8,7 @@ for tenant keys, through `{env: NAME}`.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -87,6 +88,14 @@ class Quotas(Strict):
     max_concurrent: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
     tokens_per_day: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
     tokens_per_month: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    # Spend budgets in USD, charged at `pricing`'s prices (a tenant with one may use
+    # priced models only).
+    usd_per_day: float | None = Field(default=None, gt=0, le=1e9)
+    usd_per_month: float | None = Field(default=None, gt=0, le=1e9)
+
+    @property
+    def spends(self) -> bool:
+        return self.usd_per_day is not None or self.usd_per_month is not None
 
 
 class DeclaredKey(Strict):
@@ -263,10 +272,26 @@ class TrafficSettings(Strict):
 
 
 class Price(Strict):
-    """What a model's tokens cost, in USD per million (for the cache report's savings)."""
+    """What a model's tokens cost, in USD per million: the spend budgets charge it, the cache
+    report counts the savings with it."""
 
     input_per_1m_tokens: float = Field(default=0.0, ge=0)
     output_per_1m_tokens: float = Field(default=0.0, ge=0)
+    # Prompt tokens the engine's prefix cache read (`prompt_tokens_details.cached_tokens`);
+    # None: the input price.
+    cached_input_per_1m_tokens: float | None = Field(default=None, ge=0)
+
+    def micro_usd(self, prompt: int, cached: int, completion: int) -> int:
+        """The cost of a request's tokens in micro-USD (a price per million tokens is
+        micro-USD per token), rounded up."""
+        cached = min(cached, prompt)
+        read = (
+            self.input_per_1m_tokens
+            if self.cached_input_per_1m_tokens is None
+            else self.cached_input_per_1m_tokens
+        )
+        cost = (prompt - cached) * self.input_per_1m_tokens + cached * read
+        return math.ceil(cost + completion * self.output_per_1m_tokens - 1e-9)
 
 
 class Limits(Strict):
@@ -313,7 +338,24 @@ class Settings(Strict):
         self.model_routes()  # raises ValueError when a model's backends are wrong
         self.fallback_chains()  # raises ValueError when they are wrong
         self._check_degrade()
+        self._check_priced()
         return self
+
+    def _check_priced(self) -> None:
+        """A tenant with a spend budget may use priced models only: an unpriced one would
+        cost it nothing, and the budget would never bind."""
+        served = self.model_names()
+        for tenant in self.tenants:
+            if not tenant.quotas.spends:
+                continue
+            for model in served:
+                allowed = any(fnmatchcase(model, p) for p in tenant.models)
+                if allowed and model not in self.pricing:
+                    raise ValueError(
+                        f"tenants[{tenant.name}].quotas: a spend budget, and it may use "
+                        f"{model!r}, which has no price: add it to `pricing` or narrow "
+                        "the tenant's `models`"
+                    )
 
     def _check_degrade(self) -> None:
         """A policy's model is served, and one its tenants may use (a request is never

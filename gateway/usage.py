@@ -13,6 +13,7 @@ from cache.sse import event_data, split_events
 class TokenUsage:
     prompt: int
     completion: int
+    cached: int = 0  # of the prompt, read from the engine's prefix cache
 
     @property
     def total(self) -> int:
@@ -41,7 +42,9 @@ def _usage(value: object) -> TokenUsage | None:
     prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens", 0)
     if not isinstance(prompt, int) or not isinstance(completion, int):
         return None
-    return TokenUsage(prompt, completion)
+    details = value.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return TokenUsage(prompt, completion, cached if isinstance(cached, int) else 0)
 
 
 class UsageTap:

@@ -42,6 +42,7 @@ from gateway.admin.models import (
     KeyList,
     RateUsage,
     Report,
+    SpendUsage,
     TenantCreate,
     TenantDeleted,
     TenantInfo,
@@ -246,6 +247,8 @@ class AdminApi:
             tokens_per_minute=rate(standing.tokens_filled_s, q.tokens_per_minute),
             tokens_today=budget(standing.day_used, q.tokens_per_day, cal.day_left_s),
             tokens_this_month=budget(standing.month_used, q.tokens_per_month, cal.month_left_s),
+            usd_today=_spend(standing.day_cost, q.usd_per_day, cal.day_left_s),
+            usd_this_month=_spend(standing.month_cost, q.usd_per_month, cal.month_left_s),
         )
 
     async def flush_cache(self, request: Request) -> Answer:
@@ -382,3 +385,15 @@ def _as_error(exc: Exception, request_id: str) -> GatewayError:
     if isinstance(exc, CacheUnavailable):
         return StateUnavailable("The cache store is unreachable; try again shortly.", retry_after=1)
     return as_error(exc, request_id)
+
+
+def _spend(used_micro: int, limit_usd: float | None, left_s: float) -> SpendUsage | None:
+    if limit_usd is None:
+        return None
+    used = used_micro / 1e6
+    return SpendUsage(
+        used_usd=round(used, 6),
+        limit_usd=limit_usd,
+        remaining_usd=round(max(0.0, limit_usd - used), 6),
+        reset_s=round(left_s, 3),
+    )

@@ -107,6 +107,13 @@ class BudgetUsage(_Out):
     reset_s: float  # until the UTC day / month ends
 
 
+class SpendUsage(_Out):
+    used_usd: float  # charged at `pricing`'s prices, from the engine's usage
+    limit_usd: float
+    remaining_usd: float
+    reset_s: float  # until the UTC day / month ends
+
+
 class TenantUsage(_Out):
     object: Literal["tenant.usage"] = "tenant.usage"
     tenant: str
@@ -116,6 +123,8 @@ class TenantUsage(_Out):
     tokens_per_minute: RateUsage | None
     tokens_today: BudgetUsage
     tokens_this_month: BudgetUsage
+    usd_today: SpendUsage | None = None  # None: no spend budget for the period
+    usd_this_month: SpendUsage | None = None
 
 
 class CacheFlushed(_Out):

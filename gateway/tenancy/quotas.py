@@ -1,4 +1,5 @@
-"""Per-tenant quotas: requests and tokens per minute, concurrent requests, token budgets.
+"""Per-tenant quotas: requests and tokens per minute, concurrent requests, token budgets,
+and spend budgets in dollars.
 
 A request is admitted before it runs and settled after it ran:
 
@@ -7,13 +8,14 @@ A request is admitted before it runs and settled after it ran:
     await quotas.settle(admission.reservation, used_tokens)   # always, exactly once
 
 Admission reserves the estimated tokens (prompt + `max_tokens`) in every token bucket at
-once, so concurrent requests cannot together overrun a token limit; settle refunds what
-was not used (or charges the excess) and releases the concurrency slot.
+once, and their estimated cost (at the model's price, in micro-USD) in the spend budgets,
+so concurrent requests cannot together overrun a limit; settle refunds what was not used
+(or charges the excess) and releases the concurrency slot.
 
 Per-minute limits are GCRA buckets (one "theoretical arrival time" per bucket, advanced
 by cost x emission interval): a full minute's worth may be spent at once, and it refills
-continuously, as OpenAI's own limits do. Budgets per day and per month are counters that
-reset at UTC calendar boundaries.
+continuously, as OpenAI's own limits do. Budgets per day and per month, of tokens and of
+spend, are counters that reset at UTC calendar boundaries.
 
 `LocalQuotas` keeps this state in process: the embedded default, and the fallback of
 `RedisQuotas` (gateway/tenancy/quotas_redis.py), which shares it between replicas. Both implement
@@ -49,6 +51,8 @@ REASONS = (
     "max_concurrent",
     "tokens_per_day",
     "tokens_per_month",
+    "usd_per_day",
+    "usd_per_month",
 )
 STATE_UNAVAILABLE = "state_unavailable"
 
@@ -62,20 +66,26 @@ class QuotaLimits:
     max_concurrent: int | None = None
     tokens_per_day: int | None = None
     tokens_per_month: int | None = None
+    # Spend budgets, in micro-USD (a price per million tokens is micro-USD per token).
+    usd_per_day: int | None = None
+    usd_per_month: int | None = None
 
     @property
     def unlimited(self) -> bool:
-        return all(v is None for v in (*self.rates(), *self.budgets()))
+        return all(v is None for v in (*self.rates(), *self.budgets(), *self.spend()))
 
     @property
     def has_budgets(self) -> bool:
-        return any(v is not None for v in self.budgets())
+        return any(v is not None for v in (*self.budgets(), *self.spend()))
 
     def rates(self) -> tuple[int | None, int | None, int | None]:
         return self.requests_per_minute, self.tokens_per_minute, self.max_concurrent
 
     def budgets(self) -> tuple[int | None, int | None]:
         return self.tokens_per_day, self.tokens_per_month
+
+    def spend(self) -> tuple[int | None, int | None]:
+        return self.usd_per_day, self.usd_per_month
 
     def share(self, replicas: int) -> QuotaLimits:
         """One replica's share of the rate limits, when replicas cannot coordinate.
@@ -93,7 +103,8 @@ class QuotaLimits:
 
 @dataclass(frozen=True)
 class Reservation:
-    """What settle needs: the tokens held, the concurrency lease, the budget periods charged."""
+    """What settle needs: the tokens held, the concurrency lease, the budget periods charged,
+    the spend held (micro-USD)."""
 
     tenant: str
     tokens: int
@@ -103,6 +114,7 @@ class Reservation:
     month: int
     # Issued by an in-process enforcer (LocalQuotas, or RedisQuotas' fallback).
     in_process: bool = False
+    cost: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,9 +130,13 @@ class Admission:
 
 
 class QuotaEnforcer(Protocol):
-    async def admit(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission: ...
+    async def admit(
+        self, tenant: str, limits: QuotaLimits, reserve_tokens: int, reserve_cost: int = 0
+    ) -> Admission: ...
 
-    async def settle(self, reservation: Reservation, used_tokens: int) -> None: ...
+    async def settle(
+        self, reservation: Reservation, used_tokens: int, used_cost: int = 0
+    ) -> None: ...
 
     async def standing(self, tenant: str) -> Standing: ...
 
@@ -134,6 +150,8 @@ class Standing:
     in_flight: int
     day_used: int  # tokens charged this UTC day / month (0 once the period rolled over)
     month_used: int
+    day_cost: int = 0  # micro-USD charged this UTC day / month
+    month_cost: int = 0
 
 
 def rate_view(filled_s: float, limit: int) -> RateView:
@@ -244,6 +262,8 @@ class QuotaUsage:
     in_flight: int
     day_used: int
     month_used: int
+    day_cost: int = 0
+    month_cost: int = 0
 
 
 def refusals(
@@ -253,6 +273,7 @@ def refusals(
     tokens: GcraStep | None,
     usage: QuotaUsage,
     cal: Calendar,
+    spend: int = 0,
 ) -> list[tuple[str, float | None]]:
     """Every limit this request would break, with how long until it would fit."""
     conc = limits.max_concurrent
@@ -262,6 +283,8 @@ def refusals(
         CONCURRENCY_RETRY_S if conc is not None and usage.in_flight >= conc else 0.0,
         budget_wait(usage.day_used, cost, limits.tokens_per_day, cal.day_left_s),
         budget_wait(usage.month_used, cost, limits.tokens_per_month, cal.month_left_s),
+        budget_wait(usage.day_cost, spend, limits.usd_per_day, cal.day_left_s),
+        budget_wait(usage.month_cost, spend, limits.usd_per_month, cal.month_left_s),
     ]
     return [(reason, wait) for reason, wait in zip(REASONS, waits, strict=True) if wait != 0.0]
 
@@ -279,6 +302,18 @@ def format_reset(seconds: float) -> str:
     if hours:
         return f"{hours}h{minutes}m{secs}s"
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def spend_headers(limits: QuotaLimits, day_cost: int, month_cost: int) -> dict[str, str]:
+    """What is left of the spend budgets, in USD, once this request's hold is counted."""
+    headers: dict[str, str] = {}
+    for period, limit, used in (
+        ("day", limits.usd_per_day, day_cost),
+        ("month", limits.usd_per_month, month_cost),
+    ):
+        if limit is not None:
+            headers[f"x-budget-remaining-usd-{period}"] = f"{max(0, limit - used) / 1e6:.6f}"
+    return headers
 
 
 def rate_headers(
@@ -318,8 +353,10 @@ class _TenantState:
     leases: dict[str, float] = field(default_factory=dict)
     day: int = -1
     day_used: int = 0
+    day_cost: int = 0
     month: int = -1
     month_used: int = 0
+    month_cost: int = 0
 
 
 class LocalQuotas:
@@ -337,13 +374,17 @@ class LocalQuotas:
         self._lease_ttl_s = lease_ttl_s
         self._tenants: dict[str, _TenantState] = {}
 
-    async def admit(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission:
-        return self.admit_now(tenant, limits, reserve_tokens)
+    async def admit(
+        self, tenant: str, limits: QuotaLimits, reserve_tokens: int, reserve_cost: int = 0
+    ) -> Admission:
+        return self.admit_now(tenant, limits, reserve_tokens, reserve_cost)
 
-    async def settle(self, reservation: Reservation, used_tokens: int) -> None:
-        self.settle_now(reservation, used_tokens)
+    async def settle(self, reservation: Reservation, used_tokens: int, used_cost: int = 0) -> None:
+        self.settle_now(reservation, used_tokens, used_cost)
 
-    def admit_now(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission:
+    def admit_now(
+        self, tenant: str, limits: QuotaLimits, reserve_tokens: int, reserve_cost: int = 0
+    ) -> Admission:
         now, cal = self._monotonic(), calendar(self._wall())
         state = self._tenants.setdefault(tenant, _TenantState())
         state.leases = {k: t for k, t in state.leases.items() if t + SETTLE_GRACE_S > now}
@@ -351,20 +392,31 @@ class LocalQuotas:
         rpm, tpm, _ = limits.rates()
         req = None if rpm is None else gcra_step(state.requests_tat, now, 1, rpm)
         tok = None if tpm is None else gcra_step(state.tokens_tat, now, reserve_tokens, tpm)
-        usage = QuotaUsage(_live(state, now), state.day_used, state.month_used)
-        refusal = worst(refusals(limits, reserve_tokens, req, tok, usage, cal))
+        usage = QuotaUsage(
+            _live(state, now), state.day_used, state.month_used, state.day_cost, state.month_cost
+        )
+        found = refusals(limits, reserve_tokens, req, tok, usage, cal, reserve_cost)
+        refusal = worst(found)
         if refusal is not None:
-            return refused(*refusal, rate_headers(*views(req, tok, False), refusal[1]))
+            headers = rate_headers(*views(req, tok, False), refusal[1])
+            headers.update(spend_headers(limits, state.day_cost, state.month_cost))
+            return refused(*refusal, headers)
         state.requests_tat = req.tat if req else state.requests_tat
         state.tokens_tat = tok.tat if tok else state.tokens_tat
         state.day_used += reserve_tokens
         state.month_used += reserve_tokens
+        state.day_cost += reserve_cost
+        state.month_cost += reserve_cost
         lease = uuid.uuid4().hex
         state.leases[lease] = now + self._lease_ttl_s
-        hold = Reservation(tenant, reserve_tokens, lease, limits, cal.day, cal.month, True)
-        return Admission(True, reservation=hold, headers=rate_headers(*views(req, tok, True)))
+        hold = Reservation(
+            tenant, reserve_tokens, lease, limits, cal.day, cal.month, True, reserve_cost
+        )
+        headers = rate_headers(*views(req, tok, True))
+        headers.update(spend_headers(limits, state.day_cost, state.month_cost))
+        return Admission(True, reservation=hold, headers=headers)
 
-    def settle_now(self, reservation: Reservation, used_tokens: int) -> None:
+    def settle_now(self, reservation: Reservation, used_tokens: int, used_cost: int = 0) -> None:
         state = self._tenants.get(reservation.tenant)
         if state is None or state.leases.pop(reservation.lease_id, None) is None:
             return  # settled already (or a day past its lease's expiry)
@@ -373,10 +425,13 @@ class LocalQuotas:
         if tpm is not None:
             state.tokens_tat = gcra_adjust(state.tokens_tat, self._monotonic(), delta, tpm)
         # A period that rolled over since admission keeps what it was charged.
+        spent = used_cost - reservation.cost
         if state.day == reservation.day:
             state.day_used += delta
+            state.day_cost += spent
         if state.month == reservation.month:
             state.month_used += delta
+            state.month_cost += spent
 
     async def standing(self, tenant: str) -> Standing:
         now, cal = self._monotonic(), calendar(self._wall())
@@ -387,6 +442,8 @@ class LocalQuotas:
             _live(state, now),
             state.day_used if state.day == cal.day else 0,
             state.month_used if state.month == cal.month else 0,
+            state.day_cost if state.day == cal.day else 0,
+            state.month_cost if state.month == cal.month else 0,
         )
 
     def in_flight(self, tenant: str) -> int:
@@ -401,6 +458,6 @@ def _live(state: _TenantState, now: float) -> int:
 
 def _roll(state: _TenantState, cal: Calendar) -> None:
     if state.day != cal.day:
-        state.day, state.day_used = cal.day, 0
+        state.day, state.day_used, state.day_cost = cal.day, 0, 0
     if state.month != cal.month:
-        state.month, state.month_used = cal.month, 0
+        state.month, state.month_used, state.month_cost = cal.month, 0, 0

@@ -11,11 +11,12 @@ per request; a sliding-window counter approximates and cannot refund exactly.
 
 One script admits a request: it reads Redis's clock (`TIME`; replicas' clocks never
 matter), checks every bucket of the tenant (requests and tokens per minute, concurrency,
-budgets per day and month) and consumes all of them or none. A second script settles:
-it releases the concurrency lease and, only if the lease was still there (so settling twice
-is harmless), refunds the unused tokens or charges the excess. A lease past its TTL no
-longer counts as in flight but stays in the set for SETTLE_GRACE_S more, so that a request
-that outlived it (a long stream) is still settled by its reservation, exactly once.
+budgets of tokens and of spend per day and month) and consumes all of them or none. A
+second script settles: it releases the concurrency lease and, only if the lease was still
+there (so settling twice is harmless), refunds the unused tokens and spend or charges the
+excess. A lease past its TTL no longer counts as in flight but stays in the set for
+SETTLE_GRACE_S more, so that a request that outlived it (a long stream) is still settled
+by its reservation, exactly once.
 
 Keys, all under the tenant's hash tag so a Redis Cluster keeps them on one slot:
 
@@ -23,7 +24,8 @@ Keys, all under the tenant's hash tag so a Redis Cluster keeps them on one slot:
     {prefix:tenant}:tpm      string  TAT of the tokens bucket (µs), expires at the TAT
     {prefix:tenant}:leases   zset    lease id -> expiry (µs); the tenant's requests in flight
                                      (those not yet expired), and the expired yet unsettled
-    {prefix:tenant}:budget   hash    d, du, m, mu: UTC day and month ids and tokens used in each
+    {prefix:tenant}:budget   hash    d, du, dc, m, mu, mc: UTC day and month ids, and tokens
+                                     and spend (micro-USD) used in each
     {prefix}:replicas        zset    replica id -> last heartbeat (ms), for the live count
 
 Budgets live in one hash keyed by period id (not a key per period) so that every key the
@@ -68,6 +70,7 @@ from gateway.tenancy.quotas import (
     rate_headers,
     refused,
     retry_headers,
+    spend_headers,
 )
 from gateway.tenancy.state import StateStoreError
 
@@ -93,6 +96,7 @@ _ADMIT = (
 local DAY = 86400000000
 local CONCURRENCY_RETRY = 1000000
 local cost = tonumber(ARGV[6])
+local spend = tonumber(ARGV[12])
 
 local function gcra(key, limit, n)
   if limit <= 0 then return {ok = true} end
@@ -137,9 +141,9 @@ local function first_day(y, m)
   return era * 146097 + doe - 719468
 end
 
-local function budget(used, limit, ends)
-  if limit <= 0 or used + cost <= limit then return nil end
-  if cost > limit then return -1 end
+local function budget(used, n, limit, ends)
+  if limit <= 0 or used + n <= limit then return nil end
+  if n > limit then return -1 end
   return ends - now
 end
 
@@ -152,19 +156,23 @@ local day = math.floor(now / DAY)
 local y, m = civil(day)
 local month = y * 12 + m - 1
 local month_end = (m == 12) and first_day(y + 1, 1) or first_day(y, m + 1)
-local b = redis.call('HMGET', KEYS[4], 'd', 'du', 'm', 'mu')
+local b = redis.call('HMGET', KEYS[4], 'd', 'du', 'm', 'mu', 'dc', 'mc')
 local day_used = (tonumber(b[1]) == day) and tonumber(b[2]) or 0
 local month_used = (tonumber(b[3]) == month) and tonumber(b[4]) or 0
+local day_cost = (tonumber(b[1]) == day) and tonumber(b[5] or '0') or 0
+local month_cost = (tonumber(b[3]) == month) and tonumber(b[6] or '0') or 0
 
 local waits = {
   req.wait, tok.wait,
   (max_conc > 0 and redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf') >= max_conc)
     and CONCURRENCY_RETRY or nil,
-  budget(day_used, tonumber(ARGV[4]), (day + 1) * DAY),
-  budget(month_used, tonumber(ARGV[5]), month_end * DAY),
+  budget(day_used, cost, tonumber(ARGV[4]), (day + 1) * DAY),
+  budget(month_used, cost, tonumber(ARGV[5]), month_end * DAY),
+  budget(day_cost, spend, tonumber(ARGV[10]), (day + 1) * DAY),
+  budget(month_cost, spend, tonumber(ARGV[11]), month_end * DAY),
 }
 local reason, wait = 0, 0
-for i = 1, 5 do
+for i = 1, 7 do
   local w = waits[i]
   if w ~= nil and wait ~= -1 and (w == -1 or w > wait or reason == 0) then
     reason, wait = i, w
@@ -176,15 +184,18 @@ if reason == 0 then
   local ttl = tonumber(ARGV[8])
   redis.call('ZADD', KEYS[3], now + ttl, ARGV[7])
   redis.call('PEXPIRE', KEYS[3], math.ceil((ttl + tonumber(ARGV[9])) / 1000))
-  if tonumber(ARGV[4]) > 0 or tonumber(ARGV[5]) > 0 then
-    redis.call('HSET', KEYS[4], 'd', day, 'du', day_used + cost,
-      'm', month, 'mu', month_used + cost)
+  if tonumber(ARGV[4]) > 0 or tonumber(ARGV[5]) > 0 or tonumber(ARGV[10]) > 0
+      or tonumber(ARGV[11]) > 0 then
+    day_cost, month_cost = day_cost + spend, month_cost + spend
+    redis.call('HSET', KEYS[4], 'd', day, 'du', day_used + cost, 'dc', day_cost,
+      'm', month, 'mu', month_used + cost, 'mc', month_cost)
     redis.call('PEXPIREAT', KEYS[4], (month_end + 1) * 86400000)
   end
 end
 local req_left, req_reset = view(req, reason == 0)
 local tok_left, tok_reset = view(tok, reason == 0)
-return {reason, math.ceil(wait), req_left, req_reset, tok_left, tok_reset, day, month}
+return {reason, math.ceil(wait), req_left, req_reset, tok_left, tok_reset, day, month,
+  day_cost, month_cost}
 """
 )
 
@@ -193,7 +204,8 @@ _SETTLE = (
     + """
 if redis.call('ZREM', KEYS[3], ARGV[3]) == 0 then return 0 end
 local delta = tonumber(ARGV[2])
-if delta == 0 then return 1 end
+local spent = tonumber(ARGV[6])
+if delta == 0 and spent == 0 then return 1 end
 local tpm = tonumber(ARGV[1])
 if tpm > 0 then
   local interval = PERIOD / tpm
@@ -205,8 +217,14 @@ if tpm > 0 then
   end
 end
 local b = redis.call('HMGET', KEYS[4], 'd', 'm')
-if tonumber(b[1]) == tonumber(ARGV[4]) then redis.call('HINCRBY', KEYS[4], 'du', delta) end
-if tonumber(b[2]) == tonumber(ARGV[5]) then redis.call('HINCRBY', KEYS[4], 'mu', delta) end
+if tonumber(b[1]) == tonumber(ARGV[4]) then
+  redis.call('HINCRBY', KEYS[4], 'du', delta)
+  redis.call('HINCRBY', KEYS[4], 'dc', spent)
+end
+if tonumber(b[2]) == tonumber(ARGV[5]) then
+  redis.call('HINCRBY', KEYS[4], 'mu', delta)
+  redis.call('HINCRBY', KEYS[4], 'mc', spent)
+end
 return 1
 """
 )
@@ -215,10 +233,10 @@ return 1
 _PEEK = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local b = redis.call('HMGET', KEYS[4], 'd', 'du', 'm', 'mu')
+local b = redis.call('HMGET', KEYS[4], 'd', 'du', 'm', 'mu', 'dc', 'mc')
 return {tostring(now), redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[2]) or '0',
   redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf'), b[1] or '-1', b[2] or '0',
-  b[3] or '-1', b[4] or '0'}
+  b[3] or '-1', b[4] or '0', b[5] or '0', b[6] or '0'}
 """
 
 _HEARTBEAT = """
@@ -271,29 +289,31 @@ class RedisQuotas:
         self._peek = self._redis.register_script(_PEEK)
         self._replicas_key = f"{{{prefix}}}:replicas"
         self._down_until = 0.0
-        self._unsettled: collections.deque[tuple[Reservation, int]] = collections.deque(
+        self._unsettled: collections.deque[tuple[Reservation, int, int]] = collections.deque(
             maxlen=100_000
         )
         self.replicas = max(1, initial_replicas)
 
-    async def admit(self, tenant: str, limits: QuotaLimits, reserve_tokens: int) -> Admission:
+    async def admit(
+        self, tenant: str, limits: QuotaLimits, reserve_tokens: int, reserve_cost: int = 0
+    ) -> Admission:
         if limits.unlimited:
             hold = Reservation(tenant, reserve_tokens, "", limits, 0, 0)
             return Admission(True, reservation=hold)
         if not self._is_down():
             try:
-                return await self._admit_shared(tenant, limits, reserve_tokens)
+                return await self._admit_shared(tenant, limits, reserve_tokens, reserve_cost)
             except (RedisError, OSError) as exc:
                 self._went_down(exc)
         return self._admit_fallback(tenant, limits, reserve_tokens)
 
-    async def settle(self, reservation: Reservation, used_tokens: int) -> None:
+    async def settle(self, reservation: Reservation, used_tokens: int, used_cost: int = 0) -> None:
         if reservation.in_process:
-            self._local.settle_now(reservation, used_tokens)
+            self._local.settle_now(reservation, used_tokens, used_cost)
         elif not reservation.limits.unlimited and not await self._settle_shared(
-            reservation, used_tokens
+            reservation, used_tokens, used_cost
         ):
-            self._unsettled.append((reservation, used_tokens))
+            self._unsettled.append((reservation, used_tokens, used_cost))
             self._on_fallback("settle_deferred")
 
     async def standing(self, tenant: str) -> Standing:
@@ -303,7 +323,7 @@ class RedisQuotas:
         except (RedisError, OSError) as exc:
             raise StateStoreError(f"redis: {type(exc).__name__}") from exc
         now_us, rpm_tat, tpm_tat = (float(v) for v in raw[:3])
-        live, day, day_used, month, month_used = (int(v) for v in raw[3:])
+        live, day, day_used, month, month_used, day_cost, month_cost = (int(v) for v in raw[3:])
         cal = calendar(now_us / 1e6)
         return Standing(
             max(0.0, rpm_tat - now_us) / 1e6,
@@ -311,6 +331,8 @@ class RedisQuotas:
             live,
             day_used if day == cal.day else 0,
             month_used if month == cal.month else 0,
+            day_cost if day == cal.day else 0,
+            month_cost if month == cal.month else 0,
         )
 
     async def heartbeat(self) -> int:
@@ -319,8 +341,8 @@ class RedisQuotas:
         self.replicas = max(1, count)
         self._down_until = 0.0
         while self._unsettled:
-            reservation, used = self._unsettled[0]
-            if not await self._settle_shared(reservation, used):
+            reservation, used, cost = self._unsettled[0]
+            if not await self._settle_shared(reservation, used, cost):
                 break
             self._unsettled.popleft()
         return self.replicas
@@ -347,25 +369,33 @@ class RedisQuotas:
             await self._redis.zrem(self._replicas_key, self.replica_id)
         await self._redis.aclose()
 
-    async def _admit_shared(self, tenant: str, limits: QuotaLimits, cost: int) -> Admission:
+    async def _admit_shared(
+        self, tenant: str, limits: QuotaLimits, cost: int, spend: int
+    ) -> Admission:
         lease = uuid.uuid4().hex
         args = [_n(v) for v in (*limits.rates(), *limits.budgets())]
+        grace = round(SETTLE_GRACE_S * 1_000_000)
+        spending = [_n(v) for v in limits.spend()]
         raw = await self._admit(
             tenant_keys(self._prefix, tenant),
-            [*args, cost, lease, self._lease_ttl_us, round(SETTLE_GRACE_S * 1_000_000)],
+            [*args, cost, lease, self._lease_ttl_us, grace, *spending, spend],
         )
-        reason, wait_us, req_left, req_reset, tok_left, tok_reset, day, month = (
+        reason, wait_us, req_left, req_reset, tok_left, tok_reset, day, month, dc, mc = (
             int(v) for v in raw
         )
         rpm, tpm, _ = limits.rates()
         views = (_view(rpm, req_left, req_reset), _view(tpm, tok_left, tok_reset))
         if reason:
             wait = None if wait_us < 0 else wait_us / 1e6
-            return refused(REASONS[reason - 1], wait, rate_headers(*views, wait))
-        hold = Reservation(tenant, cost, lease, limits, day, month)
-        return Admission(True, reservation=hold, headers=rate_headers(*views))
+            headers = {**rate_headers(*views, wait), **spend_headers(limits, dc, mc)}
+            return refused(REASONS[reason - 1], wait, headers)
+        hold = Reservation(tenant, cost, lease, limits, day, month, cost=spend)
+        headers = {**rate_headers(*views), **spend_headers(limits, dc, mc)}
+        return Admission(True, reservation=hold, headers=headers)
 
-    async def _settle_shared(self, reservation: Reservation, used_tokens: int) -> bool:
+    async def _settle_shared(
+        self, reservation: Reservation, used_tokens: int, used_cost: int
+    ) -> bool:
         if self._is_down():
             return False
         keys = tenant_keys(self._prefix, reservation.tenant)
@@ -377,6 +407,7 @@ class RedisQuotas:
             reservation.lease_id,
             reservation.day,
             reservation.month,
+            used_cost - reservation.cost,
         ]
         try:
             await self._settle(keys, args)

@@ -411,3 +411,51 @@ async def test_run_heartbeats_and_stale_replicas_drop_out(
         await anyio.sleep(0.3)
         assert live.replicas == 1
         group.cancel_scope.cancel()
+
+
+# --- spend budgets ----------------------------------------------------------------------
+
+
+async def test_spend_is_held_up_front_and_settled_at_what_it_cost(
+    local: LocalQuotas, clock: Clock
+) -> None:
+    limits = QuotaLimits(usd_per_day=1_000_000, usd_per_month=5_000_000)  # $1, $5
+    first = await local.admit("t", limits, 10, 600_000)
+    hold = held(first)
+    assert first.headers["x-budget-remaining-usd-day"] == "0.400000"
+    no = await local.admit("t", limits, 10, 600_000)
+    assert no.reason == "usd_per_day" and no.retry_after_s == pytest.approx(3600)
+    assert no.headers["x-budget-remaining-usd-day"] == "0.400000"
+    await local.settle(hold, 10, 150_000)  # it cost $0.15 of the $0.60 held
+    assert (await local.standing("t")).day_cost == 150_000
+    assert held(await local.admit("t", limits, 10, 600_000)).cost == 600_000
+    alone = await local.admit("t", limits, 10, 2_000_000)
+    assert alone.reason == "usd_per_day" and alone.retry_after_s is None
+    clock.advance(3600)  # a new UTC day (and month): the counters start again
+    assert (await local.standing("t")).day_cost == 0
+
+
+async def test_replicas_cannot_together_overspend(replicas: Callable[..., RedisQuotas]) -> None:
+    one, two = replicas(), replicas()
+    limits = QuotaLimits(usd_per_day=1_000_000)
+    answers = await asyncio.gather(
+        *(q.admit("t", limits, 5, 300_000) for _ in range(10) for q in (one, two))
+    )
+    admitted = [a.reservation for a in answers if a.reservation is not None]
+    assert len(admitted) == 3  # 3 x $0.30 fits in $1, a fourth does not
+    assert {a.reason for a in answers if not a.allowed} == {"usd_per_day"}
+    await two.settle(admitted[0], 5, 100_000)  # settled through the other replica
+    await two.settle(admitted[0], 5, 100_000)  # once only
+    standing = await one.standing("t")
+    assert standing.day_cost == standing.month_cost == 700_000
+    again = await one.admit("t", limits, 5, 300_000)
+    assert again.allowed and again.headers["x-budget-remaining-usd-day"] == "0.000000"
+
+
+async def test_spend_budgets_fail_closed_without_redis(
+    replicas: Callable[..., RedisQuotas],
+) -> None:
+    port = free_port()
+    quotas = replicas(f"redis://127.0.0.1:{port}", timeout_s=0.2)
+    answer = await quotas.admit("t", QuotaLimits(usd_per_month=1_000_000), 5, 10)
+    assert not answer.allowed and answer.unavailable
