@@ -142,6 +142,11 @@ class Backend(Strict):
     # (`command`); kubernetes: a Deployment scaled through the API.
     kind: Literal["http", "process", "kubernetes"] = "http"
     base_url: str = ""
+    # http: more replicas of the same server, each its own base URL (with base_url: more).
+    base_urls: list[str] = Field(default_factory=list)
+    # A session's or prompt prefix's requests go to one replica while it has room, for its
+    # engine's prefix cache (gateway/traffic/affinity.py); else the one with most headroom.
+    affinity: bool = True
     command: list[str] = Field(default_factory=list)  # {port} {weights} {python} {host}
     env: dict[str, str] = Field(default_factory=dict)  # process: added to the gateway's own
     ready_path: str = "/health"
@@ -178,14 +183,19 @@ class Backend(Strict):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value.rstrip("/")
+        return _url(value)
+
+    @field_validator("base_urls")
+    @classmethod
+    def _http_urls(cls, values: list[str]) -> list[str]:
+        return [_url(value) for value in values]
 
     @model_validator(mode="after")
     def _kind_needs(self) -> Backend:
-        if self.kind == "http" and not self.base_url:
-            raise ValueError("an http backend needs base_url")
+        if self.kind == "http" and not (self.base_url or self.base_urls):
+            raise ValueError("an http backend needs base_url (or base_urls)")
+        if self.base_urls and (self.kind != "http" or self.launch is not None):
+            raise ValueError("base_urls is for http backends the gateway does not launch")
         if self.kind == "process" and not self.command:
             raise ValueError("a process backend needs command")
         if self.kind == "kubernetes" and self.kubernetes is None:
@@ -219,3 +229,9 @@ class Backend(Strict):
                 "scaling.sleep_s must be longer than scaling.idle_s (both count from the "
                 "replica's last work: it sleeps after idle_s and stops after sleep_s)"
             )
+
+
+def _url(value: str) -> str:
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    return value.rstrip("/")

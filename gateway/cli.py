@@ -216,6 +216,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
     refuse_weak_keys(settings, os.environ)  # before anything listens
     refuse_unshared_blobs(settings)
+    _refuse_tracing_protocol(settings)
     host = args.host or settings.listen.host
     port = args.port if args.port is not None else int(os.environ.get("PORT", settings.listen.port))
     return serve(settings, host, port, str(args.config))
@@ -225,12 +226,27 @@ def _check(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.batches.blobs import refuse_unshared_blobs
 
     refuse_unshared_blobs(settings)
+    _refuse_tracing_protocol(settings)
     models = ", ".join(settings.model_names())
     print(
         f"{args.config}: ok ({len(settings.backends)} backends: {models}; "
         f"{len(settings.tenants)} tenants)"
     )
     return 0
+
+
+def _refuse_tracing_protocol(settings: Settings) -> None:
+    """Traces asked for over a protocol the gateway cannot export: a config error, before
+    anything listens."""
+    from gateway.tracing import TracingConfigError, TracingOptions, check_protocol, wanted
+
+    options = TracingOptions(settings.tracing.enabled, settings.tracing.endpoint)
+    if not wanted(options, os.environ):
+        return
+    try:
+        check_protocol(os.environ)
+    except TracingConfigError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _warm(settings: Settings, args: argparse.Namespace) -> int:

@@ -76,6 +76,7 @@ from gateway.tenancy.state import FileStateStore, StateStore, StateStoreError
 from gateway.tenancy.state_redis import RedisStateStore
 from gateway.tenancy.tenant_store import TenantDirectory
 from gateway.tenancy.tenants import Catalog
+from gateway.tracing import Tracing, TracingOptions, open_tracing
 from gateway.traffic.breaker import BreakerCounts, CircuitBreaker
 from gateway.traffic.capacity import CapacityConfig, ReplicaCapacity
 from gateway.traffic.engine_metrics import EngineSample, metrics_url
@@ -135,7 +136,8 @@ async def build(
     auth = Authenticator(store, config_keys)
     http_cache = HttpCache(cache, _policy(settings), metrics)
     events = open_event_log(settings, clients, REQUESTS, metrics, stack, tasks)
-    lifecycle = Lifecycle(quotas, http_cache, metrics, access, events, settings.pricing)
+    tracing = _tracing(settings, env, stack)
+    lifecycle = Lifecycle(quotas, http_cache, metrics, access, events, settings.pricing, tracing)
     limits = settings.limits
     body = BodyReader(limits.max_body_bytes, limits.body_timeout_s)
     # coalescing, fallbacks, degradation under overload
@@ -171,6 +173,16 @@ async def build(
     responses = open_response_store(settings, clients, stack)
     health = _health(settings, pools)
     return Parts(store, pools, health, pipeline, admin, responses, batches, operators)
+
+
+def _tracing(
+    settings: Settings, env: dict[str, str], stack: contextlib.AsyncExitStack
+) -> Tracing | None:
+    options = TracingOptions(settings.tracing.enabled, settings.tracing.endpoint)
+    tracing = open_tracing(options, env)
+    if tracing is not None:
+        stack.callback(tracing.close)  # sends what is still buffered
+    return tracing
 
 
 def _salt_secret(env: dict[str, str]) -> bytes:
@@ -289,7 +301,8 @@ async def build_pools(
             stack.push_async_callback(process.stop)
             await process.start(backend.launch.start_timeout_s)
         pool = _pool(backend, settings, metrics, stack, tasks)
-        pool.adopt([Replica(f"{backend.name}/0", base_url)])
+        urls = [base_url, *backend.base_urls] if base_url else backend.base_urls
+        pool.adopt([Replica(f"{backend.name}/{i}", url) for i, url in enumerate(urls)])
         pools[backend.name] = pool
     metrics.add_snapshots(lambda: _pool_metrics(pools))
     return pools
@@ -345,6 +358,7 @@ def _pool(
         policy,
         engine_priority=backend.priority_scheduling,
         cache_salt=backend.engine == "vllm",
+        affinity=backend.affinity,
     )
     if concurrency.mode == "adaptive":
         tasks.start_soon(pool.run_capacity, _scraper(backend), concurrency.interval_s)

@@ -52,7 +52,7 @@ from gateway.settings import Tenant
 from gateway.tenancy.tenants import Catalog
 from gateway.traffic.deadline import Deadline
 from gateway.traffic.forward import forward
-from gateway.traffic.pool import Admitted, Pool
+from gateway.traffic.pool import Admitted, Pool, acquire
 from gateway.traffic.retry import RetryBudget
 from gateway.usage import TokenUsage
 
@@ -156,7 +156,7 @@ class Fallbacks:
         body: bytes,
         budget: RetryBudget | None,
     ) -> UpstreamResponse:
-        exchange.lease = lease = await pool.acquire(admitted, call.deadline)
+        exchange.lease = lease = await acquire(pool, admitted, call.deadline)
         path, streamed = call.path, call.body.streamed
         rid = exchange.request_id
         return await forward(lease, path, body, rid, streamed=streamed, budget=budget)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -38,6 +39,7 @@ from gateway.metrics import Metrics
 from gateway.relay import Ending, Finish
 from gateway.settings import Price
 from gateway.tenancy.quotas import Admission, QuotaEnforcer
+from gateway.tracing import RequestTrace, Tracing
 from gateway.traffic.pool import Lease
 from gateway.usage import TokenUsage, UsageTap, usage_of
 
@@ -74,6 +76,7 @@ class Exchange:
     flight: Flight | None = None  # identical requests wait on its answer (gateway/coalesce.py)
     fallback: str | None = None  # the fallback model that answered (gateway/fallback.py)
     degraded: str | None = None  # what it gave up under overload (gateway/degrade.py)
+    trace: RequestTrace | None = None  # its span, when tracing is on (gateway/tracing.py)
 
     def hand_off(self) -> Finish:
         """The exchange ends when the returned function is called, not with its block."""
@@ -133,8 +136,10 @@ class Lifecycle:
         access: AccessLog,
         events: EventLog | None,
         pricing: Mapping[str, Price] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._quotas = quotas
+        self._tracing = tracing  # None: off
         self._pricing = pricing or {}  # per model: what spend budgets charge
         self._cache = cache
         self._metrics = metrics
@@ -145,14 +150,17 @@ class Lifecycle:
         """The exchange of `request`, to be used as `async with` (see the module)."""
         self._metrics.in_flight += 1
         headers = header_map(request.scope)
+        path = request.scope["path"]
+        trace = self._tracing.begin(headers, path) if self._tracing and report else None
         return Exchange(
             request_id(headers),
             request.method,
-            request.scope["path"],
+            path,
             time.perf_counter(),
             headers,
             self,
             report,
+            trace=trace,
         )
 
     async def end(self, exchange: Exchange, ending: Ending) -> None:
@@ -170,6 +178,8 @@ class Lifecycle:
         if not exchange.cached and exchange.tenant is not None and usage.total:
             self._metrics.tokens(exchange.tenant, usage.prompt, usage.completion)
         self._record(exchange, ending, usage)
+        if exchange.trace is not None:
+            exchange.trace.end(ending.status, ending.error, _traced(exchange, usage))
 
     def _keep(self, exchange: Exchange, probe: Probe, ending: Ending) -> None:
         """Stores a complete answer, then lands its flight: the identical requests that
@@ -209,6 +219,21 @@ class Lifecycle:
         )
         if exchange.report and self._events is not None:
             self._events.record(_event(exchange, ending.status, seconds, usage))
+
+
+def _traced(exchange: Exchange, usage: TokenUsage) -> dict[str, Any]:
+    """The request span's closing attributes (GenAI semantic conventions, and ours)."""
+    probe = exchange.probe
+    return {
+        "gen_ai.response.model": exchange.fallback or exchange.model,
+        "gen_ai.usage.input_tokens": usage.prompt if usage.total else None,
+        "gen_ai.usage.output_tokens": usage.completion if usage.total else None,
+        "gateway.request_id": exchange.request_id,
+        "gateway.tenant": exchange.tenant,
+        "gateway.backend": exchange.backend,
+        "gateway.cache": probe.outcome if probe is not None else exchange.cache,
+        "gateway.refused": exchange.refused,
+    }
 
 
 def _event(exchange: Exchange, status: int, seconds: float, usage: TokenUsage) -> RequestEvent:

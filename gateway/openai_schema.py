@@ -92,6 +92,10 @@ class _Body(BaseModel):
         options = (self.model_extra or {}).get("stream_options")
         return isinstance(options, dict) and options.get("include_usage") is True
 
+    def fields(self) -> dict[str, Any]:
+        """The body as the client sent it, in JSON values."""
+        return self._json
+
     def prompt_tokens(self) -> int:
         """The prompt's size in tokens, estimated: characters / 4, plus token ids."""
         return self._prompt_tokens

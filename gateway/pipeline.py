@@ -51,9 +51,10 @@ from gateway.settings import Degrade, Price, Priority, Tenant, TrafficSettings
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.quotas import Admission, QuotaEnforcer, QuotaLimits
 from gateway.tenancy.tenants import Catalog
+from gateway.traffic.affinity import affinity_key
 from gateway.traffic.deadline import Deadline, deadline_s, held_deadline_s, request_class
 from gateway.traffic.forward import forward
-from gateway.traffic.pool import Admitted, Pool
+from gateway.traffic.pool import Admitted, Pool, acquire
 from gateway.upstream_body import Rewrite, cache_salt, for_engine
 from gateway.usage import UsageTap
 
@@ -194,6 +195,8 @@ class Pipeline:
         exchange.model = UNROUTED_MODEL
         call = self._route(body, raw, tenant, exchange)
         exchange.model = body.model
+        if exchange.trace is not None:
+            exchange.trace.named(kind, body.model)
         await self._admit(call, exchange)
         return await unless_disconnected(request, self._answer(call, exchange))
 
@@ -271,7 +274,7 @@ class Pipeline:
         if call.fallbacks:
             upstream = await self._fallbacks.send(call, exchange, admitted)
         else:
-            exchange.lease = lease = await call.pool.acquire(admitted, call.deadline)
+            exchange.lease = lease = await acquire(call.pool, admitted, call.deadline)
             body, streamed = self._salted(call), call.body.streamed
             upstream = await forward(lease, call.path, body, exchange.request_id, streamed=streamed)
         return self._with_headers(await self._relay(call, exchange, upstream), exchange)
@@ -363,7 +366,13 @@ class Pipeline:
         flight = self._flights.get(probe.key.exact_key) if probe.mode is Mode.FULL else None
         if flight is not None and flight.missed:
             return None  # an identical request missed and is with the model: follow it
-        hit = await self._cache.lookup(probe, call.body.streamed, exchange.request_id)
+        lookup = self._cache.lookup(probe, call.body.streamed, exchange.request_id)
+        if exchange.trace is None:
+            hit = await lookup
+        else:
+            with exchange.trace.span("cache lookup") as span:
+                hit = await lookup
+                span.set_attribute("gateway.cache", probe.outcome)
         if hit is None:
             return None
         exchange.cached = True
@@ -372,7 +381,13 @@ class Pipeline:
     def _admitted(self, call: Call, exchange: Exchange) -> Admitted:
         output = call.body.output_budget(self._traffic.default_max_tokens)
         input_tokens = max(0, exchange.estimate - output)
-        return Admitted(call.tenant.name, call.tenant.weight, call.priority, input_tokens, output)
+        # Its session's or prefix's replica, where there is a choice (gateway/traffic/affinity.py).
+        affinity = None
+        if call.pool.affinity:
+            affinity = affinity_key(exchange.headers, call.body.fields())
+        tenant, priority = call.tenant, call.priority
+        trace = exchange.trace
+        return Admitted(tenant.name, tenant.weight, priority, input_tokens, output, affinity, trace)
 
     def _degraded(
         self, call: Call, exchange: Exchange, admitted: Admitted, policy: Degrade
@@ -443,6 +458,8 @@ class Pipeline:
             # Answers to requests that waited for a cold start say how long it took.
             response.headers["x-cold-start-ms"] = str(lease.cold_start_ms)
             lease.first_byte()
+            if exchange.trace is not None:
+                exchange.trace.event("cold_start", **{"gateway.cold_start_ms": lease.cold_start_ms})
         if exchange.fallback is not None:
             response.headers["x-model-fallback"] = exchange.fallback
         if exchange.degraded is not None:

@@ -312,6 +312,13 @@ class ResponsesSettings(Strict):
     max_per_tenant: int = Field(default=1000, ge=1)  # its oldest forgotten first
 
 
+class TracingSettings(Strict):
+    """OpenTelemetry traces (gateway/tracing.py); `OTEL_TRACES_EXPORTER=otlp` turns them on too."""
+
+    enabled: bool = False
+    endpoint: str | None = None  # OTLP/HTTP traces URL; the OTEL_EXPORTER_OTLP_* vars win
+
+
 class Settings(Strict):
     listen: Listen = Listen()
     state: StateSettings = StateSettings()
@@ -325,6 +332,7 @@ class Settings(Strict):
     pricing: dict[str, Price] = Field(default_factory=dict)  # by model name
     batches: BatchSettings = BatchSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    tracing: TracingSettings = TracingSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Per model: the models tried in its place (gateway/fallback.py); also per backend.
     fallbacks: dict[Name, list[Name]] = Field(default_factory=dict)

@@ -373,8 +373,9 @@ def chat_options(fields: dict[str, Any]) -> dict[str, Any]:
     chat: dict[str, Any] = {k: fields[k] for k in SAMPLING if fields.get(k) is not None}
     if fields.get("max_output_tokens") is not None:
         chat["max_tokens"] = fields["max_output_tokens"]
-    if isinstance(fields.get("user"), str):
-        chat["user"] = fields["user"]
+    for name in ("user", "prompt_cache_key"):  # prompt_cache_key: the replica affinity's
+        if isinstance(fields.get(name), str):
+            chat[name] = fields[name]
     if fields.get("stream") is True:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}  # the final response's usage

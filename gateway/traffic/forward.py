@@ -118,11 +118,17 @@ async def _attempts(
         started = time.perf_counter()
         if streamed:
             lease.slot.prefilling()
+        traced = (
+            lease.trace.attempt(handle.upstream.base_url + path, attempt) if lease.trace else None
+        )
+        sent = {**headers, **traced.headers} if traced is not None else headers
         try:
-            upstream, failure = await _try(handle.upstream, path, body, headers, streamed)
+            upstream, failure = await _try(handle.upstream, path, body, sent, streamed)
         finally:
             lease.slot.first_token()
         outcome: AttemptOutcome = upstream.status if upstream is not None else _kind(failure)
+        if traced is not None:
+            traced.end(upstream.status if upstream is not None else None, _failed(failure))
         if streamed and outcome == 200:
             handle.capacity.observe("ttft", time.perf_counter() - started, time.monotonic())
         if handle.breaker is not None:
@@ -149,6 +155,10 @@ async def _attempts(
         attempt += 1
 
 
+def _failed(failure: BackendError | None) -> str | None:
+    return type(failure).__name__ if failure is not None else None
+
+
 def with_priority(body: bytes, rank: int) -> bytes:
     """The request with vLLM's `priority` field set to its class rank (lower is served
     first; the engine must run with `--scheduling-policy priority`). The gateway decides
@@ -160,7 +170,7 @@ def with_priority(body: bytes, rank: int) -> bytes:
 
 def _choose(lease: Lease, tried: set[str]) -> ReplicaHandle:
     pool = lease.pool
-    handle = pool.replicas.pick(tried)
+    handle = pool.replicas.pick(tried, lease.affinity)
     if handle is None:
         raise BackendUnavailable(
             f"The backend '{pool.name}' has no replica that can take requests now.",

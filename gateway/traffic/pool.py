@@ -41,6 +41,7 @@ import anyio
 from backends.providers.replicas import Replica
 from gateway.errors import BackendUnavailable, Overloaded, StartTooSlow
 from gateway.metrics import Metrics
+from gateway.tracing import RequestTrace
 from gateway.traffic.deadline import Deadline
 from gateway.traffic.engine_metrics import EngineSample
 from gateway.traffic.replica_set import ReplicaHandle, ReplicaSet
@@ -63,6 +64,10 @@ class Admitted:
     priority: str
     input_tokens: int
     max_output_tokens: int
+    # The session or prompt prefix it belongs to (gateway/traffic/affinity.py); None: the
+    # replica with the most headroom serves it.
+    affinity: str | None = None
+    trace: RequestTrace | None = None  # its upstream attempts are its trace's children
 
 
 Scraper = Callable[[ReplicaHandle], Awaitable[EngineSample | None]]
@@ -88,6 +93,7 @@ class Pool:
         *,
         engine_priority: bool = False,
         cache_salt: bool = False,
+        affinity: bool = False,
     ) -> None:
         self.name = name
         self.replicas = replicas
@@ -97,6 +103,7 @@ class Pool:
         self.retry = retry or UpstreamRetryPolicy()
         self.engine_priority = engine_priority
         self.cache_salt = cache_salt  # its engine takes vLLM's per-tenant `cache_salt`
+        self._affinity = affinity  # a session's or prefix's requests to one replica
         self.manager: ColdStartManager | None = None
         self._cold_start_s = 0.0
         self._capacity = -1  # what the scheduler was last told
@@ -113,6 +120,11 @@ class Pool:
         self._cold_start_s = cold_start_s
         self._capacity = -1
         self._resize()
+
+    @property
+    def affinity(self) -> bool:
+        """Does replica choice follow sessions and prefixes now (on, and a choice to make)?"""
+        return self._affinity and len(self.replicas) > 1
 
     @property
     def capacity(self) -> int:
@@ -242,7 +254,7 @@ class Pool:
         slot = await self._take_slot(request, deadline)
         cold_wait_s = time.perf_counter() - queued if cold is not None else None
         tokens = request.input_tokens + request.max_output_tokens
-        return Lease(self, slot, deadline, cold, cold_wait_s, tokens)
+        return Lease(self, slot, deadline, cold, cold_wait_s, tokens, request)
 
     def _activate(self) -> ColdStartHandle | None:
         if self.manager is None:
@@ -305,6 +317,20 @@ class Pool:
         )
 
 
+async def acquire(pool: Pool, request: Admitted, deadline: Deadline) -> Lease:
+    """`pool.acquire`, within a "queue" span of the request's trace when it has one (a shed
+    request's span says why, and its trace gets a "shed" event)."""
+    trace = request.trace
+    if trace is None:
+        return await pool.acquire(request, deadline)
+    with trace.span("queue", **{"gateway.backend": pool.name}):
+        try:
+            return await pool.acquire(request, deadline)
+        except Overloaded as exc:
+            trace.event("shed", **{"gateway.backend": pool.name, "gateway.reason": exc.message})
+            raise
+
+
 class Lease:
     """One request's hold on its pool, from dispatch until its answer is over."""
 
@@ -316,9 +342,12 @@ class Lease:
         cold: ColdStartHandle | None,
         cold_wait_s: float | None,
         tokens: int = 0,
+        request: Admitted | None = None,
     ) -> None:
         self.pool = pool
         self.tokens = tokens  # expected KV tokens: prompt + max_tokens
+        self.affinity = request.affinity if request else None  # the replica it would rather go to
+        self.trace = request.trace if request else None  # its attempts are this trace's
         self.slot = slot
         self.deadline = deadline
         self.cold = cold

@@ -18,6 +18,7 @@ from anyio.abc import TaskGroup
 
 from backends.http import HttpUpstream
 from backends.providers.replicas import Replica
+from gateway.traffic.affinity import choose, load_bound
 from gateway.traffic.breaker import BreakerCounts, CircuitBreaker
 from gateway.traffic.capacity import ReplicaCapacity
 from warmpool.autoscale import ReplicaLoad
@@ -37,6 +38,9 @@ class ReplicaHandle:
     @property
     def open(self) -> bool:
         return self.breaker is not None and self.breaker.state == "open"
+
+    def has_headroom(self) -> bool:
+        return self.capacity.headroom(self.in_flight) > 0
 
     def done(self) -> None:
         """One request on this replica is over."""
@@ -86,10 +90,12 @@ class ReplicaSet:
                     self._metrics_url(replica.base_url),
                 )
 
-    def pick(self, tried: set[str]) -> ReplicaHandle | None:
-        """The replica with the most headroom (learned limit less in flight, engine queue
-        and KV pressure; of equals the least busy) whose circuit is not open, preferring
-        one not yet tried (a retry goes to another replica when there is one)."""
+    def pick(self, tried: set[str], affinity: str | None = None) -> ReplicaHandle | None:
+        """The replica whose circuit is not open, preferring one not yet tried (a retry
+        goes to another replica when there is one): the request's own by its `affinity`
+        key while that one has room (gateway/traffic/affinity.py), else the one with the
+        most headroom (learned limit less in flight, engine queue and KV pressure; of
+        equals the least busy)."""
         if len(self.handles) == 1:  # nothing to compare: once per request, kept cheap
             (only,) = self.handles.values()
             if only.open:
@@ -103,6 +109,12 @@ class ReplicaSet:
             if self.handles:  # every circuit is open: the breakers turned it away
                 self.breakers.rejected += 1
             return None
+        if affinity is not None:
+            bound = load_bound([h.in_flight for h in self.handles.values()])
+            home = choose(candidates, affinity, bound)
+            if home is not None:
+                assert isinstance(home, ReplicaHandle)
+                return home
         return max(candidates, key=lambda h: (h.capacity.headroom(h.in_flight), -h.in_flight))
 
     def load(self) -> dict[str, ReplicaLoad]:
