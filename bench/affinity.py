@@ -60,12 +60,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 import orjson
 
-from backends.local_vllm import command_line, default_model, engine_python, environment
-from backends.worker.tiny_model import VLLM, write_tiny_chat_model
+from bench.capacity import MODEL
 from bench.measure import percentile
-from tests.support.processes import Gateway, ServerProcess, free_port, start_gateway
-
-MODEL = "bench-llm"
+from bench.slo_goodput import Engine
+from tests.support.processes import Gateway, start_gateway
 
 BENCH = "affinity"
 KEY = "sk-bench-affinity-0123456789abcdef"
@@ -147,24 +145,6 @@ def words(rng: random.Random, count: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(count))
 
 
-class Engine:
-    """One vLLM, reporting each answer's prefix-cache hits in its usage
-    (`--enable-prompt-tokens-details`)."""
-
-    def __init__(self, work: Path) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        model = write_tiny_chat_model(default_model(), shape=VLLM)
-        extra = ["--enable-prompt-tokens-details"]
-        command = command_line(engine_python(), model, port, name=MODEL, extra=extra)
-        log = work / f"engine-{port}.log"
-        server = ServerProcess(command, self.url + "/health", log, env=environment())
-        self.server = server.start(timeout_s=400)
-
-    def stop(self) -> None:
-        self.server.stop()
-
-
 def started_on(cpu: int | None, work: Path) -> Engine:
     """An engine whose processes run on `cpu` alone (they inherit this process's CPU set
     while it starts them); None: on every CPU."""
@@ -172,7 +152,8 @@ def started_on(cpu: int | None, work: Path) -> Engine:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     try:
-        return Engine(work)
+        # Each answer's prefix-cache hits in its usage (`cached_tokens`).
+        return Engine("vllm", work, extra=["--enable-prompt-tokens-details"])
     finally:
         os.sched_setaffinity(0, everything)
 

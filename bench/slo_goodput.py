@@ -112,7 +112,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, get_args
@@ -355,13 +355,14 @@ def streams(
 class Engine:
     """The engine's process: vLLM's CPU build or the fake."""
 
-    def __init__(self, kind: str, work_dir: Path) -> None:
+    def __init__(self, kind: str, work_dir: Path, extra: Sequence[str] = ()) -> None:
+        """`extra`: more vLLM flags."""
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         log = work_dir / f"engine-{port}.log"
         if kind == "vllm":
             model = write_tiny_chat_model(default_model(), shape=VLLM)
-            command = command_line(engine_python(), model, port, name=MODEL)
+            command = command_line(engine_python(), model, port, name=MODEL, extra=extra)
             server = ServerProcess(command, self.url + "/health", log, env=environment())
             self.server = server.start(timeout_s=400)
         else:
