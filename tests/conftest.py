@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from tests.support.processes import (
     Gateway,
     RedisServer,
     ServerProcess,
+    free_port,
     redis_answers,
     start_fake_upstream,
     start_gateway,
@@ -93,6 +95,21 @@ def fake_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL (…/v1) of the fake OpenAI-style upstream."""
     server, base_url = start_fake_upstream(tmp_path_factory.mktemp("upstream"))
     yield base_url
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def rich_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL (…/v1) of the upstream that streams reasoning, tool calls and refusals
+    (tests/support/rich_upstream.py), one per test module (its request count is the
+    module's)."""
+    port = free_port()
+    server = ServerProcess(
+        [sys.executable, "-m", "tests.support.rich_upstream", "--port", str(port)],
+        f"http://127.0.0.1:{port}/v1/models",
+        tmp_path_factory.mktemp("rich") / "rich-upstream.log",
+    ).start()
+    yield f"http://127.0.0.1:{port}/v1"
     server.stop()
 
 

@@ -23,9 +23,8 @@ from typing import Any
 
 import orjson
 
-from cache.sse import event_data
 from gateway.dialects import json_object
-from gateway.dialects.translated import sse_event
+from gateway.dialects.translated import ChatStream, sse_event
 from gateway.errors import BadRequest, UpstreamError
 
 STOP_REASONS = {
@@ -128,44 +127,21 @@ class Messages:
         return None
 
 
-class _Stream:
+class _Stream(ChatStream):
     """Chat chunks in, Anthropic stream events out, one block open at a time."""
 
     def __init__(self, request: Messages) -> None:
+        super().__init__()
         self._request = request
-        self._started = False
-        self._over = False
         self._open: tuple[str, int] | None = None  # ("text", -1) or ("tool", chat index)
         self._blocks = 0
         self._choice: dict[str, Any] = {}
-        self._usage: dict[str, Any] | None = None
 
-    def event(self, event: bytes) -> bytes:
-        data = event_data(event)
-        if data is None:
-            return event + b"\n\n"  # a comment (keep-alive): passed on
-        if self._over:
-            return b""
-        if data.strip() == b"[DONE]":
-            return self._done()
-        chunk = orjson.loads(data)
-        if "error" in chunk:
-            self._over = True
-            error = chunk["error"] if isinstance(chunk["error"], dict) else {}
-            status = _STREAM_ERRORS.get(str(error.get("type")), 502)
-            return sse_event("error", _error_object(error, status))
-        return self._chunk(chunk)
+    def failed(self, error: dict[str, Any]) -> bytes:
+        status = _STREAM_ERRORS.get(str(error.get("type")), 502)
+        return sse_event("error", _error_object(error, status))
 
-    def _chunk(self, chunk: dict[str, Any]) -> bytes:
-        out = b"" if self._started else self._start(chunk)
-        self._usage = chunk.get("usage") or self._usage
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) == 0:
-                out += self._delta(choice)
-        return out
-
-    def _start(self, chunk: dict[str, Any]) -> bytes:
-        self._started = True
+    def start(self, chunk: dict[str, Any]) -> bytes:
         message: dict[str, Any] = {
             "id": message_id(chunk.get("id")),
             "type": "message",
@@ -178,7 +154,7 @@ class _Stream:
         }
         return _named("message_start", {"message": message})
 
-    def _delta(self, choice: dict[str, Any]) -> bytes:
+    def delta(self, choice: dict[str, Any]) -> bytes:
         delta = choice.get("delta") or {}
         out = b""
         text = (delta.get("content") or "") + (delta.get("refusal") or "")
@@ -218,12 +194,11 @@ class _Stream:
         self._blocks += 1
         return _named("content_block_stop", {"index": self._blocks - 1})
 
-    def _done(self) -> bytes:
-        self._over = True
+    def done(self) -> bytes:
         out = self._close()
         stop_reason, stop_sequence = self._request.stop_of(self._choice)
         delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-        out += _named("message_delta", {"delta": delta, "usage": usage(self._usage)})
+        out += _named("message_delta", {"delta": delta, "usage": usage(self.usage)})
         return out + _named("message_stop", {})
 
 

@@ -34,10 +34,9 @@ from typing import Any
 
 import orjson
 
-from cache.sse import event_data
 from gateway.dialects import json_object
 from gateway.dialects.stored import ResponseStore, Stored
-from gateway.dialects.translated import sse_event
+from gateway.dialects.translated import ChatStream, sse_event
 from gateway.errors import BadRequest, NotFound
 
 SAMPLING = ("temperature", "top_p")
@@ -161,50 +160,29 @@ class Responses:
         await self._store.put(self._owner, Stored(final, history, listed))
 
 
-class _Stream:
+class _Stream(ChatStream):
     """Chat chunks in, the Responses API's typed events out, one output item at a time."""
 
     def __init__(self, request: Responses) -> None:
+        super().__init__()
         self._request = request
         self._sequence = 0
-        self._started = False
-        self._over = False
         self._open: dict[str, Any] | None = None  # the output item being streamed
         self._open_key: tuple[str, int] | None = None  # ("text", -1) or ("tool", index)
         self._output: list[dict[str, Any]] = []
         self._finish: Any = None
-        self._usage: Any = None
-
-    def event(self, event: bytes) -> bytes:
-        data = event_data(event)
-        if data is None:
-            return event + b"\n\n"  # a comment (keep-alive): passed on
-        if self._over:
-            return b""
-        if data.strip() == b"[DONE]":
-            return self._done()
-        chunk = orjson.loads(data)
-        if "error" in chunk:
-            return self._failed(chunk["error"] if isinstance(chunk["error"], dict) else {})
-        out = b"" if self._started else self._start()
-        self._usage = chunk.get("usage") or self._usage
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) == 0:
-                out += self._delta(choice)
-        return out
 
     def _emit(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         return sse_event(kind, orjson.dumps(data))
 
-    def _start(self) -> bytes:
-        self._started = True
+    def start(self, chunk: dict[str, Any]) -> bytes:
         response = self._request.response("in_progress", [])
         out = self._emit("response.created", response=response)
         return out + self._emit("response.in_progress", response=response)
 
-    def _delta(self, choice: dict[str, Any]) -> bytes:
+    def delta(self, choice: dict[str, Any]) -> bytes:
         delta = choice.get("delta") or {}
         out = b""
         text = (delta.get("content") or "") + (delta.get("refusal") or "")
@@ -279,16 +257,14 @@ class _Stream:
         self._open = self._open_key = None
         return out
 
-    def _done(self) -> bytes:
-        self._over = True
+    def done(self) -> bytes:
         out = self._close()
-        final = self._request.completed(self._output, self._finish, self._usage)
+        final = self._request.completed(self._output, self._finish, self.usage)
         kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
         return out + self._emit(kind, response=final)
 
-    def _failed(self, error: dict[str, Any]) -> bytes:
-        self._over = True
-        out = b"" if self._started else self._start()
+    def failed(self, error: dict[str, Any]) -> bytes:
+        out = b"" if self.started else self.start({})
         failure = {"code": error.get("code") or "server_error", "message": error.get("message")}
         response = self._request.response("failed", self._output, error=failure)
         return out + self._emit("response.failed", response=response)

@@ -11,12 +11,13 @@ complete events as they come.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
+import orjson
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from cache.sse import split_events
+from cache.sse import event_data, split_events
 
 SSE = b"text/event-stream"
 
@@ -99,3 +100,50 @@ def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[
 def sse_event(kind: str, data: bytes) -> bytes:
     """One SSE event with a name, as both dialects send them."""
     return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+
+class ChatStream:
+    """A chat stream's events, one at a time, as a dialect's: comments (keep-alives) pass
+    on; the first chunk `start`s, each chunk's first choice is a `delta` (its `usage` kept);
+    `[DONE]` is `done`, an error event `failed`; nothing follows either."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.over = False
+        self.usage: Any = None  # the chat usage chunk's, once it came
+
+    def event(self, event: bytes) -> bytes:
+        data = event_data(event)
+        if data is None:
+            return event + b"\n\n"
+        if self.over:
+            return b""
+        if data.strip() == b"[DONE]":
+            self.over = True
+            return self.done()
+        chunk = orjson.loads(data)
+        if "error" in chunk:
+            self.over = True
+            error = chunk["error"]
+            return self.failed(error if isinstance(error, dict) else {})
+        out = b""
+        if not self.started:
+            self.started = True
+            out += self.start(chunk)
+        self.usage = chunk.get("usage") or self.usage
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) == 0:
+                out += self.delta(choice)
+        return out
+
+    def start(self, chunk: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    def delta(self, choice: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    def done(self) -> bytes:
+        raise NotImplementedError
+
+    def failed(self, error: dict[str, Any]) -> bytes:
+        raise NotImplementedError

@@ -6,7 +6,6 @@ allows (several `data:` lines, CRLF): tests/support/rich_upstream.py."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -17,7 +16,7 @@ import pytest
 
 from tests.conftest import hash_of
 from tests.support import rich_upstream as rich
-from tests.support.processes import Gateway, ServerProcess, free_port, start_gateway
+from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-replay-0123456789abcdef"
 WEATHER = {
@@ -31,19 +30,7 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    server = ServerProcess(
-        [sys.executable, "-m", "tests.support.rich_upstream", "--port", str(port)],
-        f"http://127.0.0.1:{port}/v1/models",
-        tmp_path_factory.mktemp("rich") / "rich-upstream.log",
-    ).start()
-    yield f"http://127.0.0.1:{port}/v1"
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def gateway(rich_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     work = tmp_path_factory.mktemp("replay-gw")
     config = {
         "state": {"url": "memory", "path": str(work / "state.json")},
@@ -53,7 +40,9 @@ def gateway(upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             "cacheable_tools": ["get_weather"],
             "path": str(work / "cache"),
         },
-        "backends": [{"name": "rich", "kind": "http", "base_url": upstream, "models": rich.MODELS}],
+        "backends": [
+            {"name": "rich", "kind": "http", "base_url": rich_upstream, "models": rich.MODELS}
+        ],
         "tenants": [{"name": "t", "keys": [{"sha256": hash_of(KEY)}]}],
     }
     gw = start_gateway(config, work, timeout_s=120)
@@ -66,8 +55,8 @@ def client(gateway: Gateway) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0)
 
 
-def upstream_requests(upstream: str) -> int:
-    return int(httpx.get(upstream.removesuffix("/v1") + "/_stats").json()["requests"])
+def upstream_requests(rich_upstream: str) -> int:
+    return int(httpx.get(rich_upstream.removesuffix("/v1") + "/_stats").json()["requests"])
 
 
 def when_cached(ask: Callable[[], tuple[str, T]]) -> T:
@@ -98,7 +87,7 @@ def pieces(chunks: list[Any], field: str) -> list[str]:
 
 
 def test_reasoning_and_logprobs_are_replayed_token_by_token(
-    client: openai.OpenAI, upstream: str
+    client: openai.OpenAI, rich_upstream: str
 ) -> None:
     prompt = "How does an SSE stream end?"
     state, first = stream_chunks(client, prompt)
@@ -112,11 +101,11 @@ def test_reasoning_and_logprobs_are_replayed_token_by_token(
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert replayed[0].choices[0].delta.role == "assistant"
     assert replayed[-1].usage is not None and replayed[-1].usage.total_tokens == 0
-    before = upstream_requests(upstream)
+    before = upstream_requests(rich_upstream)
     whole = client.chat.completions.create(
         model="rich", messages=[{"role": "user", "content": prompt}], logprobs=True
     )  # not streamed: the recorded whole answer
-    assert upstream_requests(upstream) == before
+    assert upstream_requests(rich_upstream) == before
     answer = whole.choices[0]
     assert answer.message.content == "".join(rich.TOKENS)
     assert (answer.message.model_extra or {})["reasoning_content"] == "".join(rich.REASONING)
@@ -125,21 +114,23 @@ def test_reasoning_and_logprobs_are_replayed_token_by_token(
 
 
 def final_completion(
-    client: openai.OpenAI, upstream: str, model: str, prompt: str, **extra: Any
+    client: openai.OpenAI, rich_upstream: str, model: str, prompt: str, **extra: Any
 ) -> tuple[str, Any]:
     """The SDK's stream helper's accumulated answer; "hit" when no upstream request went."""
-    before = upstream_requests(upstream)
+    before = upstream_requests(rich_upstream)
     messages = [{"role": "user", "content": prompt}]
     with client.chat.completions.stream(model=model, messages=messages, **extra) as stream:  # type: ignore[arg-type]
         final = stream.get_final_completion()
-    return "hit" if upstream_requests(upstream) == before else "miss", final
+    return "hit" if upstream_requests(rich_upstream) == before else "miss", final
 
 
 def test_tool_calls_are_replayed_for_the_sdks_stream_helper(
-    client: openai.OpenAI, upstream: str
+    client: openai.OpenAI, rich_upstream: str
 ) -> None:
     def ask() -> tuple[str, Any]:
-        return final_completion(client, upstream, "tools", "Weather in Paris?", tools=[WEATHER])
+        return final_completion(
+            client, rich_upstream, "tools", "Weather in Paris?", tools=[WEATHER]
+        )
 
     state, first = ask()
     assert state == "miss"
@@ -152,17 +143,17 @@ def test_tool_calls_are_replayed_for_the_sdks_stream_helper(
         assert calls[0].function.arguments == "".join(rich.ARGUMENTS)
 
 
-def test_refusals_are_replayed(client: openai.OpenAI, upstream: str) -> None:
-    final = when_cached(lambda: final_completion(client, upstream, "refuse", "Something bad"))
+def test_refusals_are_replayed(client: openai.OpenAI, rich_upstream: str) -> None:
+    final = when_cached(lambda: final_completion(client, rich_upstream, "refuse", "Something bad"))
     message = final.choices[0].message
     assert message.refusal == "".join(rich.REFUSAL) and message.content is None
 
 
-def test_text_saying_done_does_not_end_a_stream(client: openai.OpenAI, upstream: str) -> None:
+def test_text_saying_done_does_not_end_a_stream(client: openai.OpenAI, rich_upstream: str) -> None:
     messages = [{"role": "user", "content": "Cut this one"}]
     for _ in range(2):
-        before = upstream_requests(upstream)
+        before = upstream_requests(rich_upstream)
         with pytest.raises(openai.APIError):
             list(client.chat.completions.create(model="rich-cut", messages=messages, stream=True))  # type: ignore[arg-type]
-        assert upstream_requests(upstream) == before + 1  # never stored, never a hit
+        assert upstream_requests(rich_upstream) == before + 1  # never stored, never a hit
         time.sleep(0.3)

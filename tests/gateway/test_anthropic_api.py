@@ -5,7 +5,6 @@ shape, the key as `x-api-key`, token counting."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 
 from tests.conftest import fake_backend, hash_of
 from tests.support import rich_upstream as rich
-from tests.support.processes import Gateway, ServerProcess, free_port, start_gateway
+from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-claude-0123456789abcdef"
 WEATHER = {
@@ -24,18 +23,6 @@ WEATHER = {
     "description": "The weather in a city.",
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
-
-
-@pytest.fixture(scope="module")
-def rich_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    server = ServerProcess(
-        [sys.executable, "-m", "tests.support.rich_upstream", "--port", str(port)],
-        f"http://127.0.0.1:{port}/v1/models",
-        tmp_path_factory.mktemp("rich") / "rich-upstream.log",
-    ).start()
-    yield f"http://127.0.0.1:{port}/v1"
-    server.stop()
 
 
 @pytest.fixture(scope="module")

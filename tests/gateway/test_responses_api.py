@@ -5,7 +5,6 @@ tools): plain and streamed, a tool call and its output, stored responses continu
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 
 from tests.conftest import fake_backend, hash_of
 from tests.support import rich_upstream as rich
-from tests.support.processes import Gateway, ServerProcess, free_port, start_gateway
+from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-codex-0123456789abcdef"
 OTHER_KEY = "sk-test-other-0123456789abcdef"
@@ -25,18 +24,6 @@ WEATHER = {
     "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
-
-
-@pytest.fixture(scope="module")
-def rich_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    server = ServerProcess(
-        [sys.executable, "-m", "tests.support.rich_upstream", "--port", str(port)],
-        f"http://127.0.0.1:{port}/v1/models",
-        tmp_path_factory.mktemp("rich") / "rich-upstream.log",
-    ).start()
-    yield f"http://127.0.0.1:{port}/v1"
-    server.stop()
 
 
 @pytest.fixture(scope="module")
