@@ -1,10 +1,13 @@
 """The request path, top to bottom (`Pipeline._serve`), one call per step:
 
-    parse        body within limits (gateway/body.py), typed request (gateway/openai_schema.py)
-    authenticate the tenant's key (gateway/tenancy/auth.py)
+    authenticate the tenant's key, as a bearer or `x-api-key` (gateway/tenancy/auth.py)
+    parse        body within limits (gateway/body.py); a dialect's request (Anthropic's
+                 Messages, OpenAI's Responses) becomes a chat request (gateway/dialects/);
+                 typed request (gateway/openai_schema.py)
     route        model and prompt size -> backend pool, tenant may use it
                  (gateway/tenancy/tenants.py, gateway/prompt_size.py)
-    admit        quotas reserve the estimated tokens (gateway/tenancy/quotas.py)
+    admit        quotas reserve the estimated tokens, and spend budgets the most it can
+                 cost at its model's price (gateway/tenancy/quotas.py)
     cache        look the prompt up, answer a hit (gateway/cache_http.py -> cache/semantic.py)
     degrade      its queue would keep it too long: cap its output or send it to a cheaper
                  model, where its policy says so; then it goes alone (gateway/degrade.py)
@@ -12,12 +15,16 @@
                  the requests that come meanwhile (gateway/coalesce.py)
     acquire      cold start, fair queue, shedding: a lease (gateway/traffic/pool.py); held
                  for a start, a stream gets keep-alives meanwhile (gateway/held.py)
-    forward      replica, breaker, budgeted retries (gateway/traffic/forward.py); for a
-                 model with fallbacks, the next one when it cannot answer (gateway/fallback.py)
-    relay        whole or as a stream (gateway/relay.py)
+    forward      replica (its session's or prefix's while that one has room,
+                 gateway/traffic/affinity.py), breaker, budgeted retries
+                 (gateway/traffic/forward.py); for a model with fallbacks, the next one when
+                 it cannot answer (gateway/fallback.py)
+    relay        whole or as a stream (gateway/relay.py); a dialect's answer is translated
+                 on its way out (gateway/dialects/translated.py, wrapped by gateway/app.py)
 
-and, however it ends, store, land its flight, settle, release and record, from one place
-(gateway/lifecycle.py). Errors are typed (gateway/errors.py) and become responses there.
+and, however it ends, store, land its flight, settle, release, record and end its trace,
+from one place (gateway/lifecycle.py; the trace's spans, gateway/tracing.py). Errors are
+typed (gateway/errors.py) and become responses there.
 `cache_feedback` is the short path of a client reporting a bad hit: authenticate, read,
 delete the entry within the tenant's cache scope (gateway/cache_http.py).
 """

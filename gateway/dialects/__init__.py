@@ -1,7 +1,9 @@
 """APIs other than OpenAI's chat completions, served through the same pipeline.
 
-    anthropic   Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`)
-    responses   OpenAI's Responses API (`POST /v1/responses`)
+    anthropic   Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`);
+                its request's translation in anthropic_request
+    responses   OpenAI's Responses API (`POST /v1/responses`); its request's translation
+                in responses_request
     stored      the Responses API's stored responses, and their routes
     translated  the ASGI wrapper that sends the pipeline's chat answers in a dialect's shape
 

@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.dialects.anthropic import Messages, error_json, to_chat
+from gateway.dialects.anthropic import Messages, error_json
+from gateway.dialects.anthropic_request import to_chat
 from gateway.errors import BadRequest
 
 
