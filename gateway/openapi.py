@@ -14,6 +14,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from gateway.admin import models as m
 from gateway.batches.openapi import batch_paths
+from gateway.dialects.openapi import dialect_paths
 from gateway.openai_schema import ChatRequest, CompletionRequest, EmbeddingRequest
 
 _REF = "#/components/schemas/{model}"
@@ -72,8 +73,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": {
             **_openai_paths(),
-            **_anthropic_paths(),
-            **_responses_paths(),
+            **dialect_paths(_errors, _ok),
             **batch_paths(_errors, _ok),
             **_admin_paths(),
             **_operational_paths(),
@@ -123,12 +123,13 @@ _OUTPUTS: list[type[BaseModel]] = [
 ]
 
 
-def _errors(*statuses: int) -> dict[str, Any]:
+def _errors(*statuses: int, schema: dict[str, Any] = _ERROR) -> dict[str, Any]:
+    """The documented error answers of `statuses`, in OpenAI's shape (or `schema`'s)."""
     return {
         str(status): {
             "description": _STATUS_TEXT[status],
             "headers": _RETRY if status in (429, 503) else _HEADERS,
-            "content": {_JSON: {"schema": _ERROR}},
+            "content": {_JSON: {"schema": schema}},
         }
         for status in statuses
     }
@@ -227,154 +228,6 @@ def _openai_paths() -> dict[str, Any]:
                 "security": [{"tenantKey": []}],
                 "responses": {**_ok(model_list, "The models."), **_errors(401, 503)},
             }
-        },
-    }
-
-
-_ANTHROPIC_ERROR = {
-    "type": "object",
-    "required": ["type", "error"],
-    "properties": {
-        "type": {"const": "error"},
-        "error": {
-            "type": "object",
-            "required": ["type", "message"],
-            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
-        },
-    },
-}
-_TURN = {
-    "type": "object",
-    "required": ["role", "content"],
-    "properties": {
-        "role": {"enum": ["user", "assistant"]},
-        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
-    },
-}
-
-
-def _anthropic_paths() -> dict[str, Any]:
-    """Anthropic's Messages API (gateway/dialects/anthropic.py): its own error shape."""
-    request = {
-        "type": "object",
-        "required": ["model", "messages"],
-        "properties": {
-            "model": {"type": "string"},
-            "max_tokens": {"type": "integer", "minimum": 1},
-            "messages": {"type": "array", "items": _TURN, "minItems": 1},
-            "system": {"anyOf": [{"type": "string"}, {"type": "array"}]},
-            "stream": {"type": "boolean"},
-            "tools": {"type": "array", "items": {"type": "object"}},
-        },
-    }
-
-    def post(summary: str, answer: dict[str, Any], streams: bool) -> dict[str, Any]:
-        content: dict[str, Any] = {_JSON: {"schema": answer}}
-        if streams:
-            content["text/event-stream"] = {"schema": {"type": "string"}}
-        errors = {
-            str(status): {
-                "description": _STATUS_TEXT[status],
-                "headers": _RETRY if status in (429, 503) else _HEADERS,
-                "content": {_JSON: {"schema": _ANTHROPIC_ERROR}},
-            }
-            for status in (400, 401, 403, 404, 408, 413, 429, 502, 503, 504)
-        }
-        ok = {"description": summary, "headers": _HEADERS, "content": content}
-        return {
-            "post": {
-                "summary": summary,
-                "tags": ["anthropic"],
-                "security": [{"anthropicKey": []}, {"tenantKey": []}],
-                "requestBody": {"required": True, "content": {_JSON: {"schema": request}}},
-                "responses": {"200": ok, **errors},
-            }
-        }
-
-    message = {
-        "type": "object",
-        "required": ["id", "type", "role", "content", "stop_reason", "usage"],
-        "properties": {"type": {"const": "message"}, "content": {"type": "array"}},
-    }
-    counted = {
-        "type": "object",
-        "required": ["input_tokens"],
-        "properties": {"input_tokens": {"type": "integer"}},
-    }
-    return {
-        "/v1/messages": post("Create a message (SSE when `stream` is true)", message, True),
-        "/v1/messages/count_tokens": post("Estimate a message's input tokens", counted, False),
-    }
-
-
-def _responses_paths() -> dict[str, Any]:
-    """OpenAI's Responses API (gateway/dialects/responses.py, stored.py)."""
-    request = {
-        "type": "object",
-        "required": ["model", "input"],
-        "properties": {
-            "model": {"type": "string"},
-            "input": {
-                "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]
-            },
-            "instructions": {"type": "string"},
-            "max_output_tokens": {"type": "integer", "minimum": 1},
-            "previous_response_id": {"type": "string"},
-            "store": {"type": "boolean"},
-            "stream": {"type": "boolean"},
-            "tools": {"type": "array", "items": {"type": "object"}},
-        },
-    }
-    response = {
-        "type": "object",
-        "required": ["id", "object", "status", "output"],
-        "properties": {"object": {"const": "response"}, "output": {"type": "array"}},
-    }
-    deleted = {
-        "type": "object",
-        "required": ["id", "object", "deleted"],
-        "properties": {"deleted": {"const": True}},
-    }
-    items = {
-        "type": "object",
-        "required": ["object", "data"],
-        "properties": {"data": {"type": "array"}},
-    }
-    stream = {"text/event-stream": {"schema": {"type": "string"}}}
-    created = _ok(response, "The response (SSE of typed events when `stream` is true).")
-    created["200"]["content"].update(stream)
-    one = {
-        "name": "response_id",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string"},
-    }
-
-    def operation(summary: str, ok: dict[str, Any], *errors: int, **extra: Any) -> dict[str, Any]:
-        return {
-            "summary": summary,
-            "tags": ["responses"],
-            "security": [{"tenantKey": []}],
-            "responses": {**ok, **_errors(401, 503, *errors)},
-            **extra,
-        }
-
-    body = {"requestBody": {"required": True, "content": {_JSON: {"schema": request}}}}
-    errors = (400, 403, 404, 408, 413, 429, 502, 504)
-    return {
-        "/v1/responses": {"post": operation("Create a response", created, *errors, **body)},
-        "/v1/responses/{response_id}": {
-            "parameters": [one],
-            "get": operation("A stored response", _ok(response, "The response."), 404),
-            "delete": operation("Delete a stored response", _ok(deleted, "Deleted."), 404),
-        },
-        "/v1/responses/{response_id}/input_items": {
-            "parameters": [one],
-            "get": operation("A stored response's input items", _ok(items, "The items."), 404),
-        },
-        "/v1/responses/{response_id}/cancel": {
-            "parameters": [one],
-            "post": operation("Cancel (background responses only: none here)", {}, 400, 404),
         },
     }
 

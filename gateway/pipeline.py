@@ -47,7 +47,7 @@ from gateway.coalesce import Flight, Flights
 from gateway.degrade import Degradation, decide, rewritten
 from gateway.dialects import Dialect
 from gateway.disconnect import unless_disconnected
-from gateway.errors import GatewayError, ModelNotAllowed, QuotaExceeded, StateUnavailable
+from gateway.errors import GatewayError, ModelNotAllowed
 from gateway.fallback import Fallbacks
 from gateway.held import HeldStream
 from gateway.lifecycle import Exchange, Lifecycle
@@ -55,8 +55,9 @@ from gateway.metrics import Metrics
 from gateway.openai_schema import UPSTREAM_PATHS, Kind, OpenAIRequest, parse_request
 from gateway.relay import Ending, stream, whole
 from gateway.settings import Degrade, Price, Priority, Tenant, TrafficSettings
+from gateway.tenancy.admission import limits_of, refusal
 from gateway.tenancy.auth import Authenticator
-from gateway.tenancy.quotas import Admission, QuotaEnforcer, QuotaLimits
+from gateway.tenancy.quotas import QuotaEnforcer
 from gateway.tenancy.tenants import Catalog
 from gateway.traffic.affinity import affinity_key
 from gateway.traffic.deadline import Deadline, deadline_s, held_deadline_s, request_class
@@ -333,15 +334,7 @@ class Pipeline:
     async def _admit(self, call: Call, exchange: Exchange) -> None:
         exchange.estimate = call.body.reserved_tokens(self._traffic.default_max_tokens)
         q = call.tenant.quotas
-        limits = QuotaLimits(
-            q.requests_per_minute,
-            q.tokens_per_minute,
-            q.max_concurrent,
-            q.tokens_per_day,
-            q.tokens_per_month,
-            _micro(q.usd_per_day),
-            _micro(q.usd_per_month),
-        )
+        limits = limits_of(q)
         if limits.unlimited:
             return  # nothing to reserve or settle
         cost = self._cost_bound(call, exchange.estimate) if q.spends else 0
@@ -349,7 +342,7 @@ class Pipeline:
         admission = await self._quotas.admit(owner, limits, exchange.estimate, cost)
         if not admission.allowed:
             self._metrics.quota_rejected(call.tenant.name, admission.reason or "unknown")
-            raise _refusal(admission, cost)
+            raise refusal(admission, cost)
         exchange.admission = admission
 
     def _cost_bound(self, call: Call, estimate: int) -> int:
@@ -472,46 +465,6 @@ class Pipeline:
         if exchange.degraded is not None:
             response.headers["x-degraded"] = exchange.degraded
         return response
-
-
-SPEND_PERIODS = {"usd_per_day": "day", "usd_per_month": "month"}
-
-
-def _overspent(admission: Admission, reason: str, cost: int) -> QuotaExceeded:
-    """A spend budget's refusal: what the request could cost, what is left, when it resets."""
-    period = SPEND_PERIODS[reason]
-    left = admission.headers.get(f"x-budget-remaining-usd-{period}", "0")
-    when = (
-        "" if admission.retry_after_s is None else f"; it resets in {admission.retry_after_s:.0f} s"
-    )
-    message = (
-        f"This request could cost up to ${cost / 1e6:.6f}, more than the ${left} left of "
-        f"your spend budget for this UTC {period}{when}."
-    )
-    return QuotaExceeded(message, headers=admission.headers, code="insufficient_quota")
-
-
-def _refusal(admission: Admission, cost: int = 0) -> QuotaExceeded | StateUnavailable:
-    if admission.unavailable:
-        return StateUnavailable(
-            "The quota store is unreachable and this tenant's budget cannot be checked.",
-            retry_after=1,
-            headers=admission.headers,
-        )
-    reason = admission.reason or "quota"
-    if reason in SPEND_PERIODS:
-        return _overspent(admission, reason, cost)
-    if admission.retry_after_s is None:
-        message = f"This request alone exceeds your {reason.replace('_', ' ')} limit."
-    else:
-        message = f"Rate limit reached for {reason.replace('_', ' ')}; retry later."
-    budget = reason in ("tokens_per_day", "tokens_per_month", "usd_per_day", "usd_per_month")
-    code = "insufficient_quota" if budget else "rate_limit_exceeded"
-    return QuotaExceeded(message, headers=admission.headers, code=code)
-
-
-def _micro(usd: float | None) -> int | None:
-    return None if usd is None else round(usd * 1_000_000)
 
 
 def _asked_tokens(body: OpenAIRequest, budget: int) -> int | None:
