@@ -197,10 +197,11 @@ def _salt_secret(env: dict[str, str]) -> bytes:
 def open_response_store(
     settings: Settings, clients: RedisFactory, stack: contextlib.AsyncExitStack
 ) -> ResponseStore:
-    ttl_s, per_tenant = settings.responses.ttl_s, settings.responses.max_per_tenant
+    config = settings.responses
+    bounds = (config.ttl_s, config.max_per_tenant, config.max_bytes_per_tenant)
     if settings.state.url == "memory":
-        return MemoryResponses(ttl_s, per_tenant)
-    store = RedisResponses(clients, settings.state.prefix, ttl_s, per_tenant)
+        return MemoryResponses(*bounds)
+    store = RedisResponses(clients, settings.state.prefix, *bounds)
     stack.push_async_callback(store.close)
     return store
 

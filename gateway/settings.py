@@ -310,6 +310,8 @@ class ResponsesSettings(Strict):
 
     ttl_s: float = Field(default=30 * 86400, gt=0)  # OpenAI keeps them 30 days
     max_per_tenant: int = Field(default=1000, ge=1)  # its oldest forgotten first
+    # And at most this many bytes of them (each holds its whole conversation).
+    max_bytes_per_tenant: int = Field(default=64 * 1024 * 1024, ge=1024)
 
 
 class TracingSettings(Strict):

@@ -19,6 +19,7 @@ Reference: https://platform.openai.com/docs/api-reference/responses
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from typing import Any
@@ -36,6 +37,7 @@ from gateway.dialects.stored import ResponseStore, Stored
 from gateway.dialects.translated import ChatStream, sse_event
 from gateway.errors import BadRequest, NotFound
 
+_log = logging.getLogger(__name__)
 ECHOED = ("instructions", "max_output_tokens", "metadata", "previous_response_id", "user")
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -152,7 +154,8 @@ class Responses:
             return
         history = [*self._history, assistant_turn(final["output"])]
         listed = [listed_item(item) for item in self._input]
-        await self._store.put(self._owner, Stored(final, history, listed))
+        if not await self._store.put(self._owner, Stored(final, history, listed)):
+            _log.warning("response %s not stored: over responses.max_bytes_per_tenant", self.id)
 
 
 class _Stream(ChatStream):

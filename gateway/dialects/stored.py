@@ -6,8 +6,10 @@ deleted and created again under the same name finds none of the old one's).
     RedisResponses    in Redis, shared by every gateway replica
 
 Both are bounded the same way: a response is kept `ttl_s` (OpenAI keeps 30 days), and a
-tenant keeps at most `per_tenant` of them, its oldest forgotten first, so one tenant can
-neither fill the store nor push out another's.
+tenant keeps at most `per_tenant` of them and `max_bytes` of them in all (each holds its
+whole conversation), its oldest forgotten first, so one tenant can neither fill the store
+nor push out another's. One response larger than `max_bytes` alone is not stored (`put`
+says so).
 """
 
 from __future__ import annotations
@@ -23,19 +25,32 @@ from redis.exceptions import RedisError
 from common.redis_client import RedisFactory
 from gateway.errors import StateUnavailable
 
-# Store one response and keep the tenant's newest `per_tenant` (in one step: replicas
-# storing at once cannot lose an id from the index). KEYS: the index, the response's key.
-# ARGV: id, response, ttl in ms, now in s, per_tenant.
+# Store one response and keep the tenant's newest within `per_tenant` and `max_bytes`
+# (in one step: replicas storing at once cannot lose an id from the index). KEYS: the
+# index, the response's key, the sizes. ARGV: id, response, ttl in ms, now in s,
+# per_tenant, max_bytes.
 _PUT = """
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-redis.call('ZADD', KEYS[1], ARGV[4], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[4]) - tonumber(ARGV[3]) / 1000)
-local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[5])
-if over > 0 then
-  local old = redis.call('ZPOPMIN', KEYS[1], over)
-  for i = 1, #old, 2 do redis.call('DEL', KEYS[1] .. ':' .. old[i]) end
+local function drop(id)
+  redis.call('DEL', KEYS[1] .. ':' .. id)
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('ZREM', KEYS[1], id)
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local ttl, now = tonumber(ARGV[3]), tonumber(ARGV[4])
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - ttl / 1000)) do
+  drop(id)
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], string.len(ARGV[2]))
+local total = 0
+for _, size in ipairs(redis.call('HVALS', KEYS[3])) do total = total + tonumber(size) end
+while redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[5]) or total > tonumber(ARGV[6]) do
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+  total = total - tonumber(redis.call('HGET', KEYS[3], oldest) or '0')
+  drop(oldest)
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
 """
 
 
@@ -61,22 +76,33 @@ class Stored:
 
 
 class ResponseStore(Protocol):
-    async def put(self, owner: str, stored: Stored) -> None: ...
+    async def put(self, owner: str, stored: Stored) -> bool:
+        """Stores it; False when it alone is larger than a tenant's `max_bytes`."""
+        ...
+
     async def get(self, owner: str, response_id: str) -> Stored | None: ...
     async def delete(self, owner: str, response_id: str) -> bool: ...
 
 
 class MemoryResponses:
-    def __init__(self, ttl_s: float, per_tenant: int) -> None:
+    def __init__(self, ttl_s: float, per_tenant: int, max_bytes: int) -> None:
         self._ttl_s = ttl_s
         self._per_tenant = per_tenant
+        self._max_bytes = max_bytes
         self._kept: dict[str, OrderedDict[str, tuple[float, bytes]]] = {}
+        self._bytes: dict[str, int] = {}
 
-    async def put(self, owner: str, stored: Stored) -> None:
+    async def put(self, owner: str, stored: Stored) -> bool:
+        data = stored.to_json()
+        if len(data) > self._max_bytes:
+            return False
         kept = self._kept.setdefault(owner, OrderedDict())
-        kept[stored.id] = (time.monotonic() + self._ttl_s, stored.to_json())
-        while len(kept) > self._per_tenant:
-            kept.popitem(last=False)
+        kept[stored.id] = (time.monotonic() + self._ttl_s, data)
+        self._bytes[owner] = self._bytes.get(owner, 0) + len(data)
+        while len(kept) > self._per_tenant or self._bytes[owner] > self._max_bytes:
+            _, (_, dropped) = kept.popitem(last=False)
+            self._bytes[owner] -= len(dropped)
+        return True
 
     async def get(self, owner: str, response_id: str) -> Stored | None:
         kept = self._kept.get(owner)
@@ -86,8 +112,11 @@ class MemoryResponses:
         return Stored.from_json(found[1])
 
     async def delete(self, owner: str, response_id: str) -> bool:
-        kept = self._kept.get(owner)
-        return kept is not None and kept.pop(response_id, None) is not None
+        dropped = self._kept.get(owner, OrderedDict()).pop(response_id, None)
+        if dropped is None:
+            return False
+        self._bytes[owner] -= len(dropped[1])
+        return True
 
 
 class RedisResponses:
@@ -95,6 +124,7 @@ class RedisResponses:
 
     {prefix}:responses:{owner}:{id}   string   the stored response, with its TTL
     {prefix}:responses:{owner}        zset     its ids by when they were stored
+    {prefix}:responses:{owner}:sizes  hash     its ids' sizes in bytes
     """
 
     def __init__(
@@ -103,31 +133,38 @@ class RedisResponses:
         prefix: str,
         ttl_s: float,
         per_tenant: int,
+        max_bytes: int,
         timeout_s: float = 2.0,
     ) -> None:
         self._redis = clients.client("responses", timeout_s)
         self._prefix = prefix
         self._ttl_ms = int(ttl_s * 1000)
         self._per_tenant = per_tenant
+        self._max_bytes = max_bytes
         self._put = self._redis.register_script(_PUT)
 
     def _index(self, owner: str) -> str:
         return f"{{{self._prefix}:responses:{owner}}}"
 
-    async def put(self, owner: str, stored: Stored) -> None:
+    async def put(self, owner: str, stored: Stored) -> bool:
+        data = stored.to_json()
+        if len(data) > self._max_bytes:
+            return False
         index = self._index(owner)
-        keys = [index, f"{index}:{stored.id}"]
+        keys = [index, f"{index}:{stored.id}", f"{index}:sizes"]
         args: list[bytes | str | float] = [
             stored.id,
-            stored.to_json(),
+            data,
             self._ttl_ms,
             time.time(),
             self._per_tenant,
+            self._max_bytes,
         ]
         try:
             await self._put(keys=keys, args=args)
         except RedisError as exc:
             raise _unavailable() from exc
+        return True
 
     async def get(self, owner: str, response_id: str) -> Stored | None:
         try:
@@ -142,7 +179,8 @@ class RedisResponses:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(f"{index}:{response_id}")
                 pipe.zrem(index, response_id)
-                deleted, _ = await pipe.execute()
+                pipe.hdel(f"{index}:sizes", response_id)
+                deleted, _, _ = await pipe.execute()
         except RedisError as exc:
             raise _unavailable() from exc
         return bool(deleted)
