@@ -92,6 +92,10 @@ class DecisionSettings:
     pair_model_overrules: frozenset[str] = frozenset({"content"})
     normalized_tier: bool = True
     semantic_tier: bool = True
+    # An embedder without token features (cache/remote_embedder.py): no verifier reads its
+    # candidates; a candidate every guard lets through is a hit at this similarity, chosen
+    # on the operator's labelled pairs (cache/calibration.py). None: the verifier decides.
+    calibrated_threshold: float | None = None
 
     def __post_init__(self) -> None:
         unknown = self.guards - GUARDS.keys()
@@ -174,7 +178,7 @@ def prepare(
         found = _normalized_hit(query_form, candidates)
         if found is not None:
             return Decision(found, "normalized", candidates[found].similarity, None, "normalized")
-    if not settings.semantic_tier or not verified:
+    if not settings.semantic_tier or not (verified or settings.calibrated_threshold is not None):
         return _miss("semantic_tier_off")
     return _screened(query_form, query, candidates, settings)
 
@@ -199,6 +203,8 @@ def _screened(
         return _miss("truncated")
     screened = {i: _screen(query_form, candidates[i], settings) for i in near}
     allowed = [i for i in near if screened[i][0] is None]
+    if settings.calibrated_threshold is not None:
+        return _calibrated(candidates, allowed, screened[near[0]][0], settings.calibrated_threshold)
     # Refused only by guards the pair model may overrule: it may still read it.
     others = replace(settings, guards=settings.guards - settings.pair_model_overrules)
     second = [
@@ -252,6 +258,25 @@ def reconsider(
     return Decision(chosen, "semantic", scoring.candidates[chosen].similarity, score, "pair_model")
 
 
+def _calibrated(
+    candidates: Sequence[Candidate], allowed: list[int], refused: str | None, threshold: float
+) -> Decision:
+    """The most similar candidate the guards let through, at the calibrated similarity."""
+    if not allowed:
+        return _miss(refused or "guard")
+    best = allowed[0]  # `near` is in order of similarity
+    similarity = candidates[best].similarity
+    if similarity < threshold:
+        return Decision(None, None, similarity, None, "below_threshold")
+    return Decision(best, "semantic", similarity, None, "calibrated")
+
+
+def guarded(query_prompt: str, candidate_prompt: str, settings: DecisionSettings) -> str | None:
+    """Why the guards refuse this pair, or None (for calibrating, cache/calibration.py)."""
+    candidate = Candidate(candidate_prompt, b"", 1.0)
+    return _screen(normalize(query_prompt), candidate, settings)[0]
+
+
 def _screen(
     query_form: str, candidate: Candidate, settings: DecisionSettings
 ) -> tuple[str | None, int]:
@@ -271,7 +296,9 @@ def _screen(
 
 
 def _truncated(features: bytes) -> bool:
-    return TokenFeatures.from_bytes(features).truncated
+    # None from an embedder without token features: the policy keeps semantic prompts
+    # short enough for any embedder's window (cache/policy.py MAX_SEMANTIC_CHARS).
+    return bool(features) and TokenFeatures.from_bytes(features).truncated
 
 
 def _miss(reason: str) -> Decision:

@@ -100,6 +100,22 @@ def _warm_parser(commands: Any, config: argparse.ArgumentParser) -> None:
     )
     warm.set_defaults(run=_warm)
 
+    cache = commands.add_parser("cache", help="the semantic cache").add_subparsers(
+        required=True, metavar="ACTION"
+    )
+    calibrate = cache.add_parser(
+        "calibrate",
+        parents=[config],
+        help="choose cache.embedder_endpoint's similarity threshold on labelled pairs",
+    )
+    calibrate.add_argument(
+        "--pairs", required=True, type=Path, help='JSON lines {"a", "b", "duplicate"}'
+    )
+    calibrate.add_argument(
+        "--precision", type=float, default=0.95, help="the hits' precision to reach (0.95)"
+    )
+    calibrate.set_defaults(run=_calibrate)
+
 
 _REPORTS: dict[str, tuple[str, list[ReportKind]]] = {
     "cache": ("hit rate, savings, latency of hits vs misses", ["cache"]),
@@ -231,6 +247,44 @@ def _check(settings: Settings, args: argparse.Namespace) -> int:
     print(
         f"{args.config}: ok ({len(settings.backends)} backends: {models}; "
         f"{len(settings.tenants)} tenants)"
+    )
+    return 0
+
+
+def _calibrate(settings: Settings, args: argparse.Namespace) -> int:
+    """Writes the calibration of the configured embedder endpoint next to the cache."""
+    from cache.calibration import calibrate, read_pairs
+    from cache.remote_embedder import RemoteEmbedderError, RemoteEncoder
+
+    endpoint = settings.cache.embedder_endpoint
+    if endpoint is None:
+        raise ConfigError(
+            "cache.embedder_endpoint is not set: the packaged MiniLM's decision ships "
+            "calibrated; calibrate names the endpoint's embedder"
+        )
+    if not 0 < args.precision <= 1:
+        raise ConfigError("--precision: a share between 0 and 1")
+    key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+    try:
+        pairs = read_pairs(args.pairs)
+        encoder = RemoteEncoder(endpoint.base_url, endpoint.model, key, endpoint.timeout_s * 10)
+        found = calibrate(pairs, encoder, encoder.identity, args.precision)
+    except (OSError, ValueError, RemoteEmbedderError) as exc:
+        print(f"gateway: calibrate: {exc}", file=sys.stderr)
+        return 1
+    path = settings.cache.calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(found.to_json())
+    if found.threshold is None:
+        print(
+            f"no threshold reaches precision {args.precision} on {found.pairs} pairs: the "
+            f"semantic tier stays off for {endpoint.model} ({path})"
+        )
+        return 1
+    print(
+        f"{endpoint.model}: threshold {found.threshold:.4f}, precision {found.precision}, "
+        f"recall {found.recall} on {found.pairs} pairs ({found.duplicates} duplicates); "
+        f"written to {path}; restart the gateway to use it"
     )
     return 0
 

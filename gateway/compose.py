@@ -65,7 +65,7 @@ from gateway.health import BackendHealth
 from gateway.lifecycle import Lifecycle
 from gateway.metrics import Metrics, counter, gauge
 from gateway.pipeline import Pipeline
-from gateway.settings import Backend, Scaling, Settings
+from gateway.settings import Backend, CacheSettings, EmbedderEndpoint, Scaling, Settings
 from gateway.start_history import past_start_times
 from gateway.tenancy.auth import AdminAuthenticator, Authenticator
 from gateway.tenancy.keys import admin_key_hashes, configured_keys
@@ -93,8 +93,12 @@ from warmpool.schedule import floor_at
 from warmpool.staging import WeightStager
 from warmpool.timeline import ColdStartTimeline, JsonLinesSink, TimelineSink
 
-if TYPE_CHECKING:  # imported where a process backend is built: most deployments have none
+if TYPE_CHECKING:  # imported where they are built: a process backend, the cache's models
     from backends.providers.process import ProcessLaunch
+    from cache.cross import PairModel
+    from cache.decision import DecisionSettings
+    from cache.embedder import Encoder
+    from cache.verifier import PairVerifier
 
 _log = logging.getLogger("gateway.compose")
 GB = 1_000_000_000
@@ -624,35 +628,27 @@ async def build_cache(
     if not config.enabled:
         return NullCache()
     from cache.batching import BatchingEmbedder
-    from cache.cross import PairModel
-    from cache.decision import DecisionSettings
-    from cache.embedder import load_embedder
-    from cache.verifier import PairVerifier
 
-    load = functools.partial(
-        load_embedder,
-        config.model_path,
-        config.device,
-        backend=config.embedder,
-        onnx_dir=config.path / "onnx",  # where the model's folder is read-only
-    )
-    encoder = await anyio.to_thread.run_sync(load)
-    verifier = await anyio.to_thread.run_sync(PairVerifier.load)
-    pair_model = await anyio.to_thread.run_sync(PairModel.load)
+    verifier: PairVerifier | None = None  # none reads a remote embedder's candidates
+    pair_model: PairModel | None = None
+    if config.embedder_endpoint is None:
+        encoder, verifier, pair_model, decision, space = await _local_embedder(config)
+    else:
+        encoder, decision, space = await _remote_embedder(config, config.embedder_endpoint)
     embedder = BatchingEmbedder(
         encoder, window_ms=config.batch_window_ms, max_batch=config.max_batch
     )
     await embedder.start()
     stack.push_async_callback(embedder.close)
     await embedder.embed("warm up")  # the first forward pass is several times slower
-    store = _cache_store(settings, clients, encoder.dimension)
+    store = _cache_store(settings, clients, encoder.dimension, space)
     await store.start(tasks)
     stack.push_async_callback(store.close)
     cache = SemanticCache(
         store,
         embedder,
         verifier,
-        DecisionSettings(),
+        decision,
         tasks,
         pair_model=pair_model,
         budget_s=config.lookup_budget_ms / 1000,
@@ -670,19 +666,80 @@ async def build_cache(
     return cache
 
 
+async def _local_embedder(
+    config: CacheSettings,
+) -> tuple[Encoder, PairVerifier, PairModel, DecisionSettings, str | None]:
+    """The packaged MiniLM (or `model_path`), its pair verifier and pair model."""
+    from cache.cross import PairModel
+    from cache.decision import DecisionSettings
+    from cache.embedder import load_embedder
+    from cache.verifier import PairVerifier
+
+    load = functools.partial(
+        load_embedder,
+        config.model_path,
+        config.device,
+        backend=config.embedder,
+        onnx_dir=config.path / "onnx",  # where the model's folder is read-only
+    )
+    encoder = await anyio.to_thread.run_sync(load)
+    verifier = await anyio.to_thread.run_sync(PairVerifier.load)
+    pair_model = await anyio.to_thread.run_sync(PairModel.load)
+    return encoder, verifier, pair_model, DecisionSettings(), None
+
+
+async def _remote_embedder(
+    config: CacheSettings, endpoint: EmbedderEndpoint
+) -> tuple[Encoder, DecisionSettings, str]:
+    """The deployment's embedder, its decision at the calibrated threshold, and the name of
+    its vector space (its entries are kept apart from any other embedder's). Without a
+    calibration made for it, its semantic tier is off: no hit is served on a scale
+    nobody measured."""
+    from cache.calibration import Calibration
+    from cache.decision import DecisionSettings
+    from cache.remote_embedder import RemoteEncoder
+
+    key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+    make = functools.partial(
+        RemoteEncoder, endpoint.base_url, endpoint.model, key, endpoint.timeout_s
+    )
+    encoder = await anyio.to_thread.run_sync(make)
+    calibration = Calibration.load(config.calibration_path())
+    threshold = calibration.threshold if calibration is not None else None
+    if calibration is not None and calibration.embedder != encoder.identity:
+        threshold = None
+    if threshold is None:
+        _log.warning(
+            "cache: no calibration for the embedder at %s (model %s): the semantic tier is "
+            "off until `gateway cache calibrate` makes one",
+            endpoint.base_url,
+            endpoint.model,
+        )
+        return encoder, DecisionSettings(semantic_tier=False), encoder.identity
+    decision = DecisionSettings(similarity_floor=threshold, calibrated_threshold=threshold)
+    return encoder, decision, encoder.identity
+
+
 def _policy(settings: Settings) -> PolicySettings:
     config = settings.cache
     return PolicySettings(config.max_temperature, frozenset(config.cacheable_tools))
 
 
-def _cache_store(settings: Settings, clients: RedisFactory, dim: int) -> CacheStore:
+def _cache_store(
+    settings: Settings, clients: RedisFactory, dim: int, space: str | None
+) -> CacheStore:
+    """The entries of the embedder's vector space (`space`: a remote embedder's; None: the
+    packaged MiniLM's, where they always were)."""
     from cache.store import LocalCacheStore
     from cache.store_redis import RedisCacheStore
 
     config = settings.cache
+    most = config.max_entries_per_namespace
     if settings.state.url == "memory":
-        return LocalCacheStore(config.path / "entries.bin", dim, config.max_entries_per_namespace)
-    return RedisCacheStore(clients, settings.state.prefix, dim, config.max_entries_per_namespace)
+        name = "entries.bin" if space is None else f"entries-{space}.bin"
+        return LocalCacheStore(config.path / name, dim, most)
+    prefix = settings.state.prefix if space is None else f"{settings.state.prefix}:{space}"
+    return RedisCacheStore(clients, prefix, dim, most)
 
 
 async def _tenant_directory(

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     Field,
     PrivateAttr,
+    SecretStr,
     StringConstraints,
     field_validator,
     model_validator,
@@ -204,6 +205,16 @@ class AdminSettings(Strict):
     operator_keys: list[DeclaredKey] = Field(default_factory=list)
 
 
+class EmbedderEndpoint(Strict):
+    """The deployment's own embedder for the cache: an OpenAI-compatible embeddings endpoint
+    (cache/remote_embedder.py), its similarity threshold from `gateway cache calibrate`."""
+
+    base_url: str  # e.g. http://tei:8080/v1 (POST {base_url}/embeddings)
+    model: str
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=2.0, gt=0)
+
+
 class CacheSettings(Strict):
     """The semantic cache. See README "Semantic cache" for the tiers and their defaults."""
 
@@ -223,6 +234,12 @@ class CacheSettings(Strict):
     max_temperature: float = Field(default=1.0, ge=0)
     cacheable_tools: list[str] = Field(default_factory=list)
     semantic: bool = True  # tier 3 (verified embedding similarity); tiers 1-2 always on
+    # None: the packaged MiniLM (`embedder`, `model_path`); else this endpoint, whose
+    # semantic tier needs a calibration (`gateway cache calibrate`) before it serves a hit.
+    embedder_endpoint: EmbedderEndpoint | None = None
+
+    def calibration_path(self) -> Path:
+        return self.path / "calibration.json"
 
 
 def _default_deadlines() -> dict[Priority, float]:
