@@ -12,7 +12,7 @@ bench/cache_latency.py's component phase (`level: component`, reported by its
 bench/cache_latency.py (full mode), the component phase asks the rewordings the gateway
 found to hit, with no budget.
 
-The same objects the gateway builds (gateway/compose.py build_cache): the packaged MiniLM
+The same objects the gateway builds (gateway/compose/cache.py build_cache): the packaged MiniLM
 (`load_embedder()`) behind a `BatchingEmbedder` with the default window and batch size,
 the `PairVerifier`, `DecisionSettings()`, and a `LocalCacheStore` loaded from a snapshot
 file; lookups go through `SemanticCache.lookup`, the gateway's own code. `concurrency`

@@ -378,7 +378,7 @@ def _stage(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _stage_by_hand(settings: Settings, model: str) -> int:
-    from gateway.compose import build_stager
+    from gateway.compose.pools import build_stager
     from warmpool.errors import StagingError
     from warmpool.progress import stage_with_progress
 

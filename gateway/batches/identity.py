@@ -1,6 +1,6 @@
 """How a batch line enters the request path as its job's tenant, in the `batch` class.
 
-The runner sends each line through a second `Pipeline`, built in gateway/compose.py from
+The runner sends each line through a second `Pipeline`, built in gateway/compose/__init__.py from
 the same parts as the online one (pools, quotas, cache, lifecycle) but two:
 
 - `LineAuthenticator`: the principal is the tenant the line's request names

@@ -5,7 +5,7 @@ classes and shedding act on it.
 A model engine (vLLM, SGLang, TGI) accepts everything and queues what it cannot run in its
 own first-come-first-served queue, blind to tenants and deadlines. Its capacity moves with
 prompt and output lengths, KV-cache pressure, model and GPU, so nobody can write it in a
-config. Two signals; the gateway builds each replica with one (gateway/compose.py): engine
+config. Two signals; the gateway builds each replica with one (gateway/compose/pools.py): engine
 metrics where the backend declares its engine, else latency.
 
 - **Engine metrics** (`EngineLimiter`), when the backend declares its `engine`: requests

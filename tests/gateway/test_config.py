@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.compose import _capacity
+from gateway.compose.pools import _capacity
 from gateway.config_file import parse_settings
 from gateway.settings import ConfigError
 from tests.support.processes import ROOT

@@ -67,7 +67,7 @@ async def test_a_staged_checkpoint_is_what_vllm_loads(
 ) -> None:
     stager = make_stager(weights.endpoint)
     staged = await stager.stage(MODEL, f"s3://{BUCKET}/{PREFIX}/")
-    # The folder the gateway substitutes for `{weights}` (gateway/compose.py).
+    # The folder the gateway substitutes for `{weights}` (gateway/compose/pools.py).
     assert staged.path == CacheLayout(tmp_path / "cache").published(MODEL)
     assert staged.path.name == safe_name(MODEL)
 
