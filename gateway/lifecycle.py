@@ -40,7 +40,7 @@ from gateway.relay import Ending, Finish
 from gateway.settings import Price
 from gateway.tenancy.quotas import Admission, QuotaEnforcer
 from gateway.tracing import RequestTrace, Tracing
-from gateway.traffic.pool import Lease
+from gateway.traffic.lease import Lease
 from gateway.usage import TokenUsage, UsageTap, usage_of
 
 _UNLIMITED = Admission(True)  # a tenant without quotas: nothing to reserve or settle

@@ -40,7 +40,7 @@ from gateway.traffic.retry import (
 )
 
 if TYPE_CHECKING:
-    from gateway.traffic.pool import Lease
+    from gateway.traffic.lease import Lease
 
 
 def translate(backend: str, exc: BackendError, metrics: Metrics) -> GatewayError:

@@ -6,8 +6,9 @@
     ...relay the answer...
     lease.release(usage)                              # exactly once, however it ended
 
-The lease holds the queue slot, the replica serving it and the cold-start handle
-(`Pool.at_zero` says, before `acquire`, whether the request will wait for a start).
+The lease (gateway/traffic/lease.py) holds the queue slot, the replica serving it and the
+cold-start handle (`Pool.at_zero` says, before `acquire`, whether the request will wait for
+a start).
 `release` gives all of it back: the slot (charged with real usage, or abandoned when
 nothing reached a model), the replica's in-flight count, and the upstream-duration
 sample. Each replica's in-flight count lives in one place, its `ReplicaHandle`: replica
@@ -44,10 +45,10 @@ from gateway.metrics import Metrics
 from gateway.tracing import RequestTrace
 from gateway.traffic.deadline import Deadline
 from gateway.traffic.engine_metrics import EngineSample
+from gateway.traffic.lease import Lease
 from gateway.traffic.replica_set import ReplicaHandle, ReplicaSet
 from gateway.traffic.retry import RetryBudget, UpstreamRetryPolicy
 from gateway.traffic.scheduler import FairScheduler, Shed, Slot
-from gateway.usage import TokenUsage
 from warmpool.manager import ColdStartFailed, ColdStartHandle, ColdStartManager
 
 _log = logging.getLogger(__name__)
@@ -329,80 +330,6 @@ async def acquire(pool: Pool, request: Admitted, deadline: Deadline) -> Lease:
         except Overloaded as exc:
             trace.event("shed", **{"gateway.backend": pool.name, "gateway.reason": exc.message})
             raise
-
-
-class Lease:
-    """One request's hold on its pool, from dispatch until its answer is over."""
-
-    def __init__(
-        self,
-        pool: Pool,
-        slot: Slot,
-        deadline: Deadline,
-        cold: ColdStartHandle | None,
-        cold_wait_s: float | None,
-        tokens: int = 0,
-        request: Admitted | None = None,
-    ) -> None:
-        self.pool = pool
-        self.tokens = tokens  # expected KV tokens: prompt + max_tokens
-        self.affinity = request.affinity if request else None  # the replica it would rather go to
-        self.trace = request.trace if request else None  # its attempts are this trace's
-        self.slot = slot
-        self.deadline = deadline
-        self.cold = cold
-        self.cold_wait_s = cold_wait_s
-        self.replica: ReplicaHandle | None = None
-        self.sent_at: float | None = None  # perf_counter when `forward` began
-        self.streamed = False  # set by `forward`: a stream's sample is its first token
-        self.attempts = 0  # upstream calls made (`use`): 0 when none could be
-        self._released = False
-
-    @property
-    def cold_start_ms(self) -> int | None:
-        """How long the cold start this request waited for took, once it is over."""
-        if self.cold is None or self.cold.cold_start_s is None:
-            return None
-        return round(self.cold.cold_start_s * 1000)
-
-    def use(self, replica: ReplicaHandle) -> None:
-        """The attempt about to be made goes to `replica` (replacing the last one's)."""
-        self.leave_replica()
-        self.attempts += 1
-        replica.in_flight += 1
-        replica.capacity.sent(self.tokens)
-        self.replica = replica
-
-    def leave_replica(self) -> None:
-        if self.replica is not None:
-            self.replica.done()
-            self.replica = None
-
-    def first_byte(self) -> None:
-        """The answer's first byte goes to the client (for the cold-start timeline)."""
-        if self.cold is not None and self.cold.cold_start_s is not None:
-            self.cold.first_byte()
-
-    def release(self, usage: TokenUsage, *, completed: bool = True) -> None:
-        """Gives everything back, once, charging the fair queue with what the model used
-        (a request that never reached one abandons its slot: no charge, no sample).
-
-        Only a `completed` answer's duration is a service-time sample: one cut short (the
-        client left, its deadline passed, the upstream failed) says nothing about how long
-        answers take, and counting it once made an idle backend refuse short deadlines."""
-        if self._released:
-            return
-        self._released = True
-        replica = self.replica
-        self.leave_replica()
-        if self.sent_at is None:
-            self.slot.abandon()
-            return
-        self.slot.release(usage.prompt, usage.completion, sampled=completed)
-        took_s = time.perf_counter() - self.sent_at
-        self.pool.metrics.upstream_done(self.pool.name, took_s)
-        if replica is not None and completed and not self.streamed and usage.completion > 0:
-            replica.capacity.observe("per_token", took_s / usage.completion, time.monotonic())
 
 
 def _rounded(value: float | None) -> float | None:
