@@ -56,7 +56,8 @@ from gateway.settings import Settings
 from gateway.tenancy.auth import AdminAuthenticator, Authenticator
 from gateway.tenancy.keys import admin_key_hashes, configured_keys
 from gateway.tenancy.operators import Operators, operator_key_hashes
-from gateway.tenancy.quotas import LocalQuotas, QuotaEnforcer
+from gateway.tenancy.quotas import QuotaEnforcer
+from gateway.tenancy.quotas_local import LocalQuotas
 from gateway.tenancy.quotas_redis import RedisQuotas
 from gateway.tenancy.state import FileStateStore, StateStore, StateStoreError
 from gateway.tenancy.state_redis import RedisStateStore

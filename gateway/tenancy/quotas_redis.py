@@ -61,7 +61,6 @@ from gateway.tenancy.quotas import (
     SETTLE_GRACE_S,
     STATE_UNAVAILABLE,
     Admission,
-    LocalQuotas,
     QuotaLimits,
     RateView,
     Reservation,
@@ -72,6 +71,7 @@ from gateway.tenancy.quotas import (
     retry_headers,
     spend_headers,
 )
+from gateway.tenancy.quotas_local import LocalQuotas
 from gateway.tenancy.state import StateStoreError
 
 _log = logging.getLogger("gateway.tenancy.quotas")

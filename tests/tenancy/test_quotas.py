@@ -21,13 +21,13 @@ from redis.crc import key_slot
 from common.redis_client import RedisFactory
 from gateway.tenancy.quotas import (
     Admission,
-    LocalQuotas,
     QuotaLimits,
     Reservation,
     calendar,
     format_reset,
     worst,
 )
+from gateway.tenancy.quotas_local import LocalQuotas
 from gateway.tenancy.quotas_redis import RedisQuotas, tenant_keys
 from tests.support.processes import free_port
 
