@@ -146,6 +146,13 @@ def fake_backend(base_url: str, **overrides: Any) -> dict[str, Any]:
     return backend
 
 
+def rich_backend(base_url: str) -> dict[str, Any]:
+    """The backend of the rich upstream (`rich_upstream`): reasoning, tool calls, refusals."""
+    from tests.support.rich_upstream import MODELS
+
+    return {"name": "rich", "kind": "http", "base_url": base_url, "models": list(MODELS)}
+
+
 def uncached_config(
     upstream: str, state: dict[str, Any], tenants: list[dict[str, Any]], **extra: Any
 ) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import hash_of
+from tests.conftest import hash_of, rich_backend
 from tests.support import rich_upstream as rich
 from tests.support.processes import Gateway, start_gateway
 
@@ -40,9 +40,7 @@ def gateway(rich_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             "cacheable_tools": ["get_weather"],
             "path": str(work / "cache"),
         },
-        "backends": [
-            {"name": "rich", "kind": "http", "base_url": rich_upstream, "models": rich.MODELS}
-        ],
+        "backends": [rich_backend(rich_upstream)],
         "tenants": [{"name": "t", "keys": [{"sha256": hash_of(KEY)}]}],
     }
     gw = start_gateway(config, work, timeout_s=120)

@@ -13,8 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import fake_backend, hash_of
-from tests.support import rich_upstream as rich
+from tests.conftest import fake_backend, hash_of, rich_backend
 from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-claude-0123456789abcdef"
@@ -30,15 +29,9 @@ def gateway(
     fake_upstream: str, rich_upstream: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     work = tmp_path_factory.mktemp("gw")
-    rich_backend = {
-        "name": "rich",
-        "kind": "http",
-        "base_url": rich_upstream,
-        "models": rich.MODELS,
-    }
     config = {
         "state": {"url": "memory", "path": str(work / "state.json")},
-        "backends": [fake_backend(fake_upstream), rich_backend],
+        "backends": [fake_backend(fake_upstream), rich_backend(rich_upstream)],
         "cache": {"enabled": False},
         "tenants": [{"name": "claude", "keys": [{"sha256": hash_of(KEY)}]}],
     }

@@ -12,8 +12,7 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import fake_backend, hash_of
-from tests.support import rich_upstream as rich
+from tests.conftest import fake_backend, hash_of, rich_backend
 from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-codex-0123456789abcdef"
@@ -31,15 +30,9 @@ def gateway(
     fake_upstream: str, rich_upstream: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     work = tmp_path_factory.mktemp("gw")
-    rich_backend = {
-        "name": "rich",
-        "kind": "http",
-        "base_url": rich_upstream,
-        "models": rich.MODELS,
-    }
     config = {
         "state": {"url": "memory", "path": str(work / "state.json")},
-        "backends": [fake_backend(fake_upstream), rich_backend],
+        "backends": [fake_backend(fake_upstream), rich_backend(rich_upstream)],
         "cache": {"enabled": False},
         "responses": {"max_per_tenant": 3},
         "tenants": [
