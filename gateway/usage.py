@@ -33,10 +33,11 @@ def usage_of(body: bytes) -> TokenUsage | None:
 
 def usage_in(answer: object) -> TokenUsage | None:
     """`usage` of a parsed OpenAI answer; None if absent or unreadable."""
-    return _usage(answer.get("usage")) if isinstance(answer, dict) else None
+    return token_usage(answer.get("usage")) if isinstance(answer, dict) else None
 
 
-def _usage(value: object) -> TokenUsage | None:
+def token_usage(value: object) -> TokenUsage | None:
+    """An OpenAI `usage` object; None if absent or unreadable."""
     if not isinstance(value, dict):
         return None
     prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens", 0)

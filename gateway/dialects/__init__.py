@@ -16,12 +16,9 @@ completions serves it. The answer, whole or streamed, is translated back on its 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-import orjson
+from typing import Protocol
 
 from gateway.dialects.translated import Translator
-from gateway.errors import BadRequest
 
 
 class Dialect(Translator, Protocol):
@@ -32,14 +29,3 @@ class Dialect(Translator, Protocol):
         names (`Tenant.owner`); raises a GatewayError (400) for a request the dialect's
         API would refuse."""
         ...
-
-
-def json_object(raw: bytes) -> dict[str, Any]:
-    """A dialect request's body, which must be a JSON object."""
-    try:
-        fields = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"The body is not valid JSON: {exc}") from exc
-    if not isinstance(fields, dict):
-        raise BadRequest("The body must be a JSON object.")
-    return fields

@@ -16,10 +16,11 @@ from typing import Any
 
 import orjson
 
-from gateway.dialects import json_object
 from gateway.dialects.anthropic_request import to_chat
 from gateway.dialects.translated import ChatStream, sse_event
 from gateway.errors import UpstreamError
+from gateway.openai_errors import json_object
+from gateway.usage import TokenUsage, token_usage
 
 STOP_REASONS = {
     "stop": "end_turn",
@@ -213,13 +214,11 @@ def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
 
 def usage(chat: Any) -> dict[str, int]:
     """Anthropic's usage for a chat `usage`: its input excludes what the prefix cache read."""
-    chat = chat if isinstance(chat, dict) else {}
-    prompt = int(chat.get("prompt_tokens") or 0)
-    cached = int((chat.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    used = token_usage(chat) or TokenUsage(0, 0)
     return {
-        "input_tokens": prompt - cached,
-        "output_tokens": int(chat.get("completion_tokens") or 0),
-        "cache_read_input_tokens": cached,
+        "input_tokens": used.prompt - used.cached,
+        "output_tokens": used.completion,
+        "cache_read_input_tokens": used.cached,
         "cache_creation_input_tokens": 0,
     }
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 
-from gateway.dialects import json_object
 from gateway.dialects.responses_request import (
     chat_options,
     input_items,
@@ -36,6 +35,8 @@ from gateway.dialects.responses_request import (
 from gateway.dialects.stored import ResponseStore, Stored
 from gateway.dialects.translated import ChatStream, sse_event
 from gateway.errors import BadRequest, NotFound
+from gateway.openai_errors import json_object
+from gateway.usage import token_usage
 
 _log = logging.getLogger(__name__)
 ECHOED = ("instructions", "max_output_tokens", "metadata", "previous_response_id", "user")
@@ -321,20 +322,17 @@ def assistant_turn(output: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def response_usage(chat: Any) -> dict[str, Any] | None:
-    if not isinstance(chat, dict):
+    """The Responses API's usage for a chat `usage` (None: the answer had none)."""
+    used = token_usage(chat)
+    if used is None:
         return None
-    prompt, completion = (
-        int(chat.get("prompt_tokens") or 0),
-        int(chat.get("completion_tokens") or 0),
-    )
-    cached = int((chat.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-    reasoning = int((chat.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+    reasoning = (chat.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
     return {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
-        "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": prompt + completion,
+        "input_tokens": used.prompt,
+        "input_tokens_details": {"cached_tokens": used.cached},
+        "output_tokens": used.completion,
+        "output_tokens_details": {"reasoning_tokens": int(reasoning)},
+        "total_tokens": used.total,
     }
 
 

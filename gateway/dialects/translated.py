@@ -68,8 +68,7 @@ class Translated(Response):
         self._streamed = headers.get(b"content-type", b"").startswith(SSE)
         if self._streamed:
             # A replayed stream (a cache hit) may state its length: the translation's differs.
-            kept = [(k, v) for k, v in message["headers"] if k.lower() != b"content-length"]
-            await send({**message, "headers": kept})
+            await send({**message, "headers": _without_length(message["headers"])})
         else:
             self._start = message  # sent with the translated body's length
 
@@ -93,8 +92,11 @@ class Translated(Response):
 
 
 def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[bytes, bytes]]:
-    kept = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-    return [*kept, (b"content-length", str(length).encode())]
+    return [*_without_length(headers), (b"content-length", str(length).encode())]
+
+
+def _without_length(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in headers if k.lower() != b"content-length"]
 
 
 def sse_event(kind: str, data: bytes) -> bytes:
