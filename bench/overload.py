@@ -32,8 +32,11 @@ Set-up, all real processes on loopback:
   deadlines of an hour), so it has no deadline to shed against either (with the header it
   still refuses once its service-time estimate, which then includes the upstream's queue,
   exceeds the deadline). The queue is then the upstream's: first come first served, blind
-  to tenants, classes and deadlines. The clients give up at the same times in both modes.
-  Both gateways run side by side against the same upstream, their phases interleaved.
+  to tenants, classes and deadlines. `adaptive` is the gateway with the backend's default
+  concurrency settings (learned from latency, `engine: none`, nothing configured), as a
+  user who knows nothing of the upstream's 4 slots runs it. The clients give up at the same
+  times in every mode. The gateways run side by side against the same upstream, their
+  phases interleaved.
 
 Metrics, for each `load` and `mode`, by `tenant` (with its `class`), by class (`tenant`
 "all") and overall (`tenant` and `class` "all"); requests are those sent during the
@@ -98,7 +101,7 @@ the budget keeps a hard-wired reserve of 3 retries per second (gateway/traffic/r
 adds about 3 / 40 = 0.075 attempts per request at this rate, more in short phases (it
 starts full).
 
-Last, `target_met` lines (1 or 0) for the issue's targets at load 5, mode on: the
+Last, `target_met` lines (1 or 0) for the issue's targets at load 5, modes on and adaptive: the
 interactive tenant's p99 within 2x its unloaded p99, goodput at least 90% of capacity,
 refusals in under 50 ms p99, no client timeouts, fairness index at least 0.95.
 
@@ -257,11 +260,13 @@ def gateway_config(
     work_dir: Path,
     name: str,
     *,
-    max_concurrency: int,
+    max_concurrency: int | None,
     noisy_class: str = "batch",
     **traffic: Any,
 ) -> dict[str, Any]:
+    """`max_concurrency` None: the backend's default (learned) concurrency."""
     classes = {"interactive": "interactive", "batch": "batch", "noisy": noisy_class}
+    fixed = {"max_concurrency": max_concurrency, "concurrency": {"mode": "fixed"}}
     return {
         "state": {"url": "memory", "path": str(work_dir / f"state-{name}.json")},
         "cache": {"enabled": False},
@@ -271,8 +276,7 @@ def gateway_config(
                 "kind": "http",
                 "base_url": upstream_url + "/v1",
                 "models": [MODEL],
-                "max_concurrency": max_concurrency,
-                "concurrency": {"mode": "fixed"},  # the issue's two hand-set cases
+                **(fixed if max_concurrency is not None else {}),
             }
         ],
         "tenants": [
@@ -482,7 +486,7 @@ class Scenario:
             body=BODY,
             duration_s=warm + measure,
             seed=int(load * 100),  # both modes see the same arrivals
-            streams=streams(offered(load), self.classes, header=mode == "on"),
+            streams=streams(offered(load), self.classes, header=mode != "off"),
         )
         assert gateway.server.process is not None
         probe = WindowProbe(self.upstream, gateway.server.process.pid, (warm, warm + measure))
@@ -595,7 +599,11 @@ class Scenario:
         }
 
     def targets(self) -> None:
-        summary = self.summary.get((5.0, "on"))
+        for mode in ("on", "adaptive"):
+            self.targets_of(mode)
+
+    def targets_of(self, mode: str) -> None:
+        summary = self.summary.get((5.0, mode))
         if summary is None:
             return
         checks: list[tuple[str, Callable[[], bool]]] = [
@@ -613,10 +621,11 @@ class Scenario:
                 "bool",
                 target=target,
                 load=5.0,
-                mode="on",
+                mode=mode,
                 noisy_class=self.noisy_class,
             )
-            progress(f"target {target} (noisy {self.noisy_class}): {'met' if met else 'MISSED'}")
+            state = "met" if met else "MISSED"
+            progress(f"target {target} ({mode}, noisy {self.noisy_class}): {state}")
 
 
 # --- the retry storm -----------------------------------------------------------------------
@@ -687,6 +696,9 @@ def main(argv: list[str] | None = None) -> int:
             upstream = Upstream(upstream_url)
             configs = {
                 "on": gateway_config(upstream_url, work_dir, "on", max_concurrency=CONCURRENCY),
+                "adaptive": gateway_config(
+                    upstream_url, work_dir, "adaptive", max_concurrency=None
+                ),
                 "off": gateway_config(
                     upstream_url,
                     work_dir,
@@ -727,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
                     plan,
                     loadgen,
                     upstream,
-                    {"on": gateways["on"], "off": gateways["off"]},
+                    {mode: gateways[mode] for mode in ("on", "adaptive", "off")},
                     "batch",
                 )
             ]

@@ -258,12 +258,15 @@ class FairQueue:
 
 
 _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not forever
-# While the top class is active, lower classes leave this share of the ceiling (at least
-# one slot) free for it: where the ceiling binds (a fixed limit) every slot is otherwise
-# busy under overload, and an interactive arrival, first in line, still waited for a
-# request to finish (bench/capacity.py, 5x: interactive time to first token p99 8x its
-# unloaded value with a fixed limit). A learned limit needs none: the top class counts only
-# its own requests against it (`FairScheduler._may_dispatch`).
+# While the top class is active, lower classes leave this share of the ceiling, rounded
+# down, free for it: where the ceiling binds (a fixed limit) every slot is otherwise busy
+# under overload, and an interactive arrival, first in line, still waited for a request to
+# finish (bench/capacity.py, 5x: interactive time to first token p99 8x its unloaded value
+# with a fixed limit). Rounded down, since a reserved slot idles whenever the top class
+# does not fill it: one slot of 4 cost a quarter of a 4-slot upstream (bench/overload.py
+# --quick, 5x: goodput and utilisation 0.80), where waiting for the first of 4 to finish
+# costs the top class a quarter of a service time. A learned limit needs none: the top
+# class counts only its own requests against it (`FairScheduler._may_dispatch`).
 RESERVED_SHARE = 0.1
 # Admission counts on the lowest limit a cut set in this many seconds (a learned limit
 # swings down when the engine queues, and is pinned low while a latency baseline is
@@ -746,15 +749,13 @@ class FairScheduler:
 
     def _cap(self, rank: int, now: float) -> int:
         """How many may be in flight in all, for a request of this class to go: the
-        ceiling; for lower classes less a reserve of RESERVED_SHARE of it while the top
-        class has been dispatching lately, so that where the ceiling binds (a fixed
-        limit, where it is the limit) a top-class arrival finds a free slot at once
-        instead of waiting for a long batch request to finish."""
-        if rank == self._top_rank or self._ceiling < 2:
+        ceiling; for lower classes less a reserve of RESERVED_SHARE of it (rounded down)
+        while the top class has been dispatching lately, so that where the ceiling binds
+        (a fixed limit, where it is the limit) a top-class arrival finds a free slot at
+        once instead of waiting for a long batch request to finish."""
+        if rank == self._top_rank or not self._load.recent(self._top_rank, now):
             return self._ceiling
-        if not self._load.recent(self._top_rank, now):
-            return self._ceiling
-        return self._ceiling - max(1, round(RESERVED_SHARE * self._ceiling))
+        return self._ceiling - math.floor(RESERVED_SHARE * self._ceiling)
 
     def _free(self, rank: int, now: float) -> int:
         """Slots a request of this class could take now."""

@@ -410,6 +410,22 @@ async def test_while_interactive_is_active_batch_leaves_a_slot_free_for_it() -> 
     await h.drain()
 
 
+async def test_under_ten_slots_batch_keeps_none_free() -> None:
+    """A reserve is a tenth of the ceiling, rounded down: of 4 slots none is kept, since
+    a kept slot idles whenever interactive traffic does not fill it (a quarter of a 4-slot
+    upstream), while waiting for the first of 4 to finish costs an interactive arrival a
+    quarter of a service time or less."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(4, 100, clock))
+    await h.submit("i0", tenant="web", priority="interactive")
+    for i in range(6):
+        await h.submit(f"b{i}", tenant="jobs")
+    assert len(h.running) == 4  # i0 and three batch: every slot in use
+    await h.finish_one()  # i0 done, interactive recent: batch still takes its slot
+    assert len(h.running) == 4 and h.order[-1] == "b3"
+    await h.drain()
+
+
 async def test_interactive_counts_only_its_own_requests_against_a_learned_limit() -> None:
     """A learned limit of 10 under a ceiling of 100, batch holding all ten slots:
     interactive arrivals are still dispatched at once, however close their deadline (the
@@ -985,9 +1001,9 @@ async def test_a_limit_that_grew_is_no_cut_for_admission() -> None:
             await h.submit(f"i{i}", tenant="web", priority="interactive")
             slot, _ = h.running.pop(0)
             slot.release(10, 10, service_s=0.5)
-        for i in range(23):  # the batch room: 26 less the 3 kept for interactive
+        for i in range(24):  # the batch room: 26 less the 2 kept for interactive
             await h.submit(f"b{i}", tenant="jobs")
-        assert len(h.running) == 23
+        assert len(h.running) == 24
         newcomer = h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 3.0)
         if refused:
             with pytest.raises(Shed, match="deadline_unreachable"):
