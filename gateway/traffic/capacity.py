@@ -19,8 +19,10 @@ metrics where the backend declares its engine, else latency.
 - **Latency** (`gateway.traffic.gradient.GradientLimiter`), for an engine without metrics
   (`engine: none`): time to first token of streams and latency per output token of whole
   answers against their long-window baselines (Netflix Gradient2, Envoy adaptive
-  concurrency). Its baseline measurements pin the limit at half of it, never below half the
-  `initial` limit (`min_pin`), for a few seconds at start and then rarely.
+  concurrency), counted in engine steps (the streams' time per output token) once there
+  are streams, so that a step growing with the batch is not taken for a queue. Its
+  baseline measurements pin the limit at half of it, never below half the `initial` limit
+  (`min_pin`), for a few seconds at start and then rarely.
 
 Given both, the replica's limit is the lower of the two. The gateway used to build both
 for an engine with metrics, on the argument that an engine shows a queue only at
@@ -250,6 +252,11 @@ class ReplicaCapacity:
         if self._gradient is not None:
             self._gradient.observe(kind, seconds, now)
 
+    def observe_step(self, seconds: float) -> None:
+        """A finished stream's time per output token after the first: the engine's step."""
+        if self._gradient is not None:
+            self._gradient.observe_step(seconds)
+
     def sent(self, expected_tokens: int) -> None:
         """A request of this many expected KV tokens (prompt + max_tokens) went out."""
         self._expected_tokens += 0.05 * (expected_tokens - self._expected_tokens)
@@ -277,11 +284,14 @@ class ReplicaCapacity:
         return self.limit
 
     def _remember_step(self, gradient: GradientLimiter) -> None:
-        """The latency per output token as the step time, the last one known: a latency
-        measurement clears the recent samples, and with no step time pacing was off just
-        when the limit came back from the measurement's pin, and dozens of batch prompts
-        went at once (bench/capacity.py --quick, adaptive-latency, after the step-time
-        change: interactive requests refused)."""
+        """The streams' step time where there is one, else the latency per output token,
+        the last one known: a latency measurement clears the recent samples, and with no
+        step time pacing was off just when the limit came back from the measurement's pin,
+        and dozens of batch prompts went at once (bench/capacity.py --quick,
+        adaptive-latency, after the step-time change: interactive requests refused)."""
+        if gradient.step_s is not None:
+            self._latency_step_s = gradient.step_s
+            return
         kind = gradient.snapshot().kinds.get("per_token")
         if kind is not None and kind.recent is not None:
             self._latency_step_s = kind.recent
@@ -289,8 +299,9 @@ class ReplicaCapacity:
     @property
     def step_s(self) -> float | None:
         """The engine's decode step time, for pacing (gateway.traffic.pacing): from its
-        metrics where they are read, else the recent median latency per output token (a
-        step per token, plus a little prefill and queueing); None with a fixed limit."""
+        metrics where they are read, else the streams' time per output token, else the
+        recent median latency per output token of whole answers (a step per token, plus a
+        little prefill and queueing); None with a fixed limit."""
         if not self.adaptive:
             return None
         if self._engine is not None and self._engine.step_s is not None:

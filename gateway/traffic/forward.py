@@ -130,7 +130,8 @@ async def _attempts(
         if traced is not None:
             traced.end(upstream.status if upstream is not None else None, _failed(failure))
         if streamed and outcome == 200:
-            handle.capacity.observe("ttft", time.perf_counter() - started, time.monotonic())
+            lease.first_token_at = time.perf_counter()
+            handle.capacity.observe("ttft", lease.first_token_at - started, time.monotonic())
         if handle.breaker is not None:
             handle.breaker.record(not counts_as_failure(outcome))
         if upstream is not None and not is_retryable(outcome):

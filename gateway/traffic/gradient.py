@@ -17,6 +17,19 @@ Two kinds of latency
     per-token latency to `per_token_tolerance` (1.25) where it is the only signal, else to
     TTFT's, as a backstop (preemption storms show there first). The worst kind decides.
 
+In engine steps, once streams say how long a step takes
+    A finished stream's time per output token (`observe_step`) is the engine's step time
+    while it ran. Once there is one, both kinds are counted in steps: a sample over the
+    median of the last STEP_SAMPLES steps. A step grows with the batch, and so does a
+    queue-free TTFT (the rest of the running step, then the step that computes the prompt)
+    and a whole answer's latency per token, so in steps neither rises with the batch; a
+    wait inside the engine's own queue still adds whole service times. In seconds, an
+    engine whose step grows steeply with the batch looked queued long before it was: vLLM's
+    CPU build runs 52-71 requests at the load it just carries, its step 4-10x the unloaded
+    one, and this limiter, reading that rise as a queue, held it to 22 (half the requests
+    refused; bench/slo_goodput.py, docs/slo-goodput.md). Without streams (whole answers
+    only) there is no step time, and samples stay in seconds.
+
 The update
     gradient = tolerance x baseline / recent, within [0.5, 1], or [0.5, 2] after 8 updates
     in a row without a cut (TCP's slow start: fast far below the knee, gentle near it);
@@ -121,12 +134,15 @@ HALVING_DROP: dict[LatencyKind, float] = {"ttft": 0.5, "per_token": 0.7}
 # limit can stop the limit early (whole answers stalled at two thirds of the capacity): met
 # with a cut this far above the pin, the limit has the baselines re-measured nearer to it.
 FAR_FROM_PIN = 2.5
+# The step time is the median of this many streams' time per output token: enough that one
+# stream of odd length does not move it, few enough to follow the batch as it grows.
+STEP_SAMPLES = 16
 
 
 @dataclass(frozen=True)
 class KindSnapshot:
-    baseline: float | None  # seconds, from the last measurement at the pinned limit
-    recent: float | None  # seconds, the recent median at the last update
+    baseline: float | None  # from the last measurement at the pinned limit
+    recent: float | None  # the recent median at the last update
     samples: int  # valid samples observed so far
 
 
@@ -135,8 +151,9 @@ class GradientSnapshot:
     limit: float
     phase: Phase
     gradient: float | None  # the one that decided the last update
-    kinds: Mapping[LatencyKind, KindSnapshot]
+    kinds: Mapping[LatencyKind, KindSnapshot]  # in steps when `step_s` is set, else seconds
     measurements: int  # measurements of the baseline started so far
+    step_s: float | None = None  # the engine's step time, from streams; None: none yet
 
 
 class _KindLatency:
@@ -198,15 +215,19 @@ class _Measurement:
             # counts time at the old concurrency, and nothing tells which sample is whose.
             self.skip = in_flight
 
-    def add(self, kind: LatencyKind, seconds: float, now: float) -> None:
+    def add(self, kind: LatencyKind, value: float, sent_at: float) -> None:
         if self.drained_at is None:
             return
-        if kind == "ttft" and now - seconds < self.drained_at:
+        if kind == "ttft" and sent_at < self.drained_at:
             return  # sent before the drain: it may have queued behind the old crowd
         if kind == "per_token" and self.skip > 0:
             self.skip -= 1
             return
-        self.samples[kind].append(seconds)
+        self.samples[kind].append(value)
+
+    def restart(self) -> None:
+        """Drops what was taken so far (it was on another scale)."""
+        self.samples = {kind: [] for kind in KINDS}
 
     def done(self, now: float, wanted: int, max_s: float) -> bool:
         taken = sum(len(values) for values in self.samples.values())
@@ -315,6 +336,8 @@ class GradientLimiter:
         self._measuring: _Measurement | None = None
         self._series: list[tuple[float, Medians]] = []  # (pin, medians)
         self._baseline_pin = 0.0  # the pin the baselines were measured at
+        self._steps: deque[float] = deque(maxlen=STEP_SAMPLES)  # streams' time per token
+        self._step_s: float | None = None  # their median
         self._measure(None, self._pin(self._limit))
 
     @property
@@ -322,13 +345,39 @@ class GradientLimiter:
         """The limit to admit against; the pin while measuring the baseline."""
         return self._measuring.pin if self._measuring is not None else self._limit
 
+    @property
+    def step_s(self) -> float | None:
+        """The engine's step time: the median time per output token of the last
+        STEP_SAMPLES finished streams; None before the first."""
+        return self._step_s
+
     def observe(self, kind: LatencyKind, seconds: float, now: float) -> None:
         """One latency sample; negative, zero, NaN and infinite ones are ignored."""
         if not (math.isfinite(seconds) and seconds > 0 and math.isfinite(now)):
             return
-        self._kinds[kind].add(now, seconds)
+        value = seconds / self._step_s if self._step_s is not None else seconds
+        self._kinds[kind].add(now, value)
         if self._measuring is not None:
-            self._measuring.add(kind, seconds, now)
+            self._measuring.add(kind, value, now - seconds)
+
+    def observe_step(self, seconds: float) -> None:
+        """A finished stream's time per output token after the first. The first one turns
+        the samples from seconds into steps (module docstring): what was learned in seconds
+        is dropped and the baselines are measured again."""
+        if not (math.isfinite(seconds) and seconds > 0):
+            return
+        first = self._step_s is None
+        self._steps.append(seconds)
+        self._step_s = statistics.median(self._steps)
+        if not first:
+            return
+        for latency in self._kinds.values():
+            latency.baseline = None
+            latency.clear()
+        if self._measuring is not None:
+            self._measuring.restart()
+        else:
+            self._measure(None, self._pin(self._limit))
 
     def update(self, now: float, in_flight: int) -> float:
         """Recompute the limit from the samples so far; returns it."""
@@ -345,7 +394,9 @@ class GradientLimiter:
     def snapshot(self) -> GradientSnapshot:
         kinds = {k: KindSnapshot(v.baseline, v.recent, v.count) for k, v in self._kinds.items()}
         phase: Phase = "measuring_min" if self._measuring is not None else "probing"
-        return GradientSnapshot(self.limit, phase, self._gradient, kinds, self._measurements)
+        return GradientSnapshot(
+            self.limit, phase, self._gradient, kinds, self._measurements, self._step_s
+        )
 
     def _adjust(self, in_flight: int) -> None:
         fresh = any(latency.fresh for latency in self._kinds.values())

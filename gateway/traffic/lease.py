@@ -41,6 +41,7 @@ class Lease:
         self.replica: ReplicaHandle | None = None
         self.sent_at: float | None = None  # perf_counter when `forward` began
         self.streamed = False  # set by `forward`: a stream's sample is its first token
+        self.first_token_at: float | None = None  # perf_counter at a stream's first token
         self.attempts = 0  # upstream calls made (`use`): 0 when none could be
         self._released = False
 
@@ -87,5 +88,10 @@ class Lease:
         self.slot.release(usage.prompt, usage.completion, sampled=completed)
         took_s = time.perf_counter() - self.sent_at
         self.pool.metrics.upstream_done(self.pool.name, took_s)
-        if replica is not None and completed and not self.streamed and usage.completion > 0:
+        if replica is None or not completed or usage.completion < 1:
+            return
+        if not self.streamed:
             replica.capacity.observe("per_token", took_s / usage.completion, time.monotonic())
+        elif self.first_token_at is not None and usage.completion > 1:
+            after_first = time.perf_counter() - self.first_token_at
+            replica.capacity.observe_step(after_first / (usage.completion - 1))

@@ -4,7 +4,8 @@ The engine (`Engine`) works like vLLM's scheduler, step by step: up to `slots` r
 in the batch, the rest wait inside the engine in arrival order; every step costs
 `step_a + step_b x running + prefill x prompts admitted` (x0.9 to x1.1 at random) and
 gives every running request one token. A stream reports its time to first token when its first step
-ends; a whole answer reports total latency over its tokens when it finishes. Below the
+ends (and, with `steps`, its time per token after the first when it finishes); a whole
+answer reports total latency over its tokens when it finishes. Below the
 knee (in-flight <= slots) TTFT is about one step and per-token latency rises gently with
 the batch; above it both carry the wait for a slot, about (in-flight - slots) / slots
 service times. The driver keeps the engine fed while `in_flight < limit` (plenty of
@@ -19,7 +20,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -36,6 +37,7 @@ class Request:
     stream: bool
     prompt: float  # prefill cost, in units of `Engine.prefill`
     left: int = 0
+    first: float = 0.0  # when its first token came
 
     def __post_init__(self) -> None:
         self.left = self.tokens
@@ -50,6 +52,7 @@ class Engine:
     kinds: tuple[bool, ...] = (True, False)  # streams and whole answers, in turn
     prompts: tuple[float, ...] = (1.0,)  # prompt sizes, drawn at random
     seed: int = 1
+    steps: bool = False  # streams report their time per output token (`observe_step`)
     running: list[Request] = field(default_factory=list)
     waiting: deque[Request] = field(default_factory=deque)
     sent: int = 0
@@ -67,7 +70,7 @@ class Engine:
         self.waiting.append(Request(now, self.rng.randint(8, 16), stream, prompt))
         self.sent += 1
 
-    def step(self, now: float) -> tuple[float, list[tuple[LatencyKind, float]]]:
+    def step(self, now: float) -> tuple[float, list[tuple[Sample, float]]]:
         admitted = []
         while self.waiting and len(self.running) < self.slots:
             self.running.append(self.waiting.popleft())
@@ -75,17 +78,20 @@ class Engine:
         prefill = self.prefill * sum(r.prompt for r in admitted)
         cost = self.step_a + self.step_b * len(self.running) + prefill
         end = now + cost * self.rng.uniform(0.9, 1.1)
-        samples: list[tuple[LatencyKind, float]] = [
-            ("ttft", end - r.sent) for r in admitted if r.stream
-        ]
+        samples: list[tuple[Sample, float]] = [("ttft", end - r.sent) for r in admitted if r.stream]
+        for request in admitted:
+            request.first = end
         for request in self.running:
             request.left -= 1
         done = [r for r in self.running if r.left == 0]
         self.running = [r for r in self.running if r.left > 0]
         samples += [("per_token", (end - r.sent) / r.tokens) for r in done if not r.stream]
+        if self.steps:
+            samples += [("step", (end - r.first) / (r.tokens - 1)) for r in done if r.stream]
         return end, samples
 
 
+Sample = LatencyKind | Literal["step"]
 Change = tuple[float, Callable[[Engine], None]]  # (at, what happens to the engine)
 Point = tuple[float, float, Phase]  # (time, limit, phase) after an update
 
@@ -112,6 +118,9 @@ def simulate(
         else:
             now, samples = engine.step(now)
             for kind, seconds in samples:
+                if kind == "step":
+                    limiter.observe_step(seconds)
+                    continue
                 if garbage:
                     for bad in (-seconds, 0.0, math.nan, math.inf, -math.inf):
                         limiter.observe(kind, bad, now)
@@ -181,6 +190,11 @@ SCENARIOS = {
     # Growing 2x an update once 8 went uncut takes it there in 11 s; by headroom alone, 21.
     "100 slots, from a low start": Scenario(4, lambda: Engine(100, step_a=0.01), [], 100, 15.0),
     "100 slots, from a high start": Scenario(256, lambda: Engine(100, step_a=0.01), [], 100, 8.0),
+    # Counted in steps (streams report their time per token): a step 10x the unloaded one at
+    # 60 running is no queue, the slots' end still is.
+    "in steps, a steep step, 60 slots": Scenario(
+        8, lambda: Engine(60, step_b=0.0006, steps=True, prompts=MIXED_PROMPTS), [], 60, 25.0
+    ),
 }
 
 
@@ -393,3 +407,45 @@ def test_a_latency_spike_while_app_limited_starts_no_measurement() -> None:
     measurements = gradient.snapshot().measurements
     feed(0.100, int(grown / 3), 20)  # app-limited, latency three times its baseline
     assert gradient.snapshot().measurements == measurements
+
+
+def test_in_steps_a_batch_that_slows_every_step_is_no_queue() -> None:
+    """An engine with room for 256 whose step at 60 running is 31x the unloaded one (a CPU
+    engine's steep rise), 60 clients: in seconds the rise passes for a queue and the limit
+    throttles the clients (limit under 40 of them); counted in the streams' own steps it
+    does not, and the limit stays above the clients, with no more than the start's
+    measurement of the baseline."""
+    for steps in (False, True):
+        engine = Engine(256, step_b=0.002, steps=steps, prompts=MIXED_PROMPTS)
+        gradient = limiter(8, min_pin=4)
+        trace = simulate(gradient, engine, 60.0, clients=60)
+        late = [limit for t, limit, _ in trace if t >= 30.0]
+        if steps:
+            assert min(late) >= 60 and gradient.snapshot().measurements <= 2
+            assert gradient.snapshot().step_s == pytest.approx(0.004 + 0.002 * 60, rel=0.2)
+        else:
+            assert min(late) < 40
+
+
+def test_the_first_step_time_restarts_the_baseline_in_steps() -> None:
+    """Samples in seconds until a stream reports its step time; then the baselines are
+    measured again, in steps (a TTFT of 0.05 s with 0.01 s steps: 5)."""
+    gradient = limiter(8, min_pin=4)  # pinned at 4, not halved further
+
+    def measure(start: float) -> None:
+        gradient.update(start, 4)  # drained to the pin of 4
+        for i in range(12):
+            gradient.observe("ttft", 0.05, start + 0.1 * (i + 1))
+        gradient.update(start + 2.0, 4)
+
+    measure(0.0)
+    assert gradient.snapshot().kinds["ttft"].baseline == pytest.approx(0.05)
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        gradient.observe_step(bad)
+    assert gradient.snapshot().step_s is None
+    gradient.observe_step(0.01)
+    snapshot = gradient.snapshot()
+    assert snapshot.step_s == 0.01 and snapshot.phase == "measuring_min"
+    assert snapshot.kinds["ttft"].baseline is None
+    measure(3.0)
+    assert gradient.snapshot().kinds["ttft"].baseline == pytest.approx(5.0)
