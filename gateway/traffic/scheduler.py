@@ -1,27 +1,6 @@
-"""The fair queue in front of one backend: priority classes, then virtual token counters.
-
-Who goes next when a slot frees up:
-
-1. the highest priority class that has a waiter (lowest rank: "interactive" 0 before "batch" 1);
-2. within it, the tenant with the lowest virtual token counter (VTC: Sheng et al.,
-   "Fairness in Serving Large Language Models", OSDI 2024);
-3. within a tenant, first come, first served.
-
-A tenant's counter is the service it has received, in tokens divided by its weight:
-`(input_tokens + output_weight * output_tokens) / weight`. Tokens, not requests: a 20,000
-token prompt is a hundred 200-token ones. Output counts double by default (the paper's
-w_q = 2) since each output token is a full decode step. The output is unknown at dispatch,
-so dispatch charges `max_output_tokens` and completion corrects to the real usage; the
-overcharge in between keeps one tenant from grabbing every slot before its first answer.
-
-A tenant whose line is empty when a request of it arrives is lifted to the lowest counter
-among tenants with waiters, or to the counter of the last tenant whose line emptied when
-nobody waits (the paper's Algorithm 2), so that time spent below its share is not credit
-to spend later in a burst. The line, not "queued or in flight": a light tenant always has
-some request in flight, and lifted only when it had none, it banked the service a heavy
-tenant got while it did not ask for it, and then took nearly every dispatch until the
-heavy one's lead was spent (bench/capacity.py --quick --capacity-rps 30, load 5: the
-noisy tenant was served nothing for 20 s after the burst that began its overload).
+"""The fair queue in front of one backend, driven on the event loop: concurrency slots,
+deadlines, shedding and pacing around the pure order of `gateway.traffic.fair_queue`
+(priority classes, then the tenants' virtual token counters).
 
 Strict priority between classes is deliberate: batch waits while interactive work waits,
 and is shed first (its expected wait counts the interactive queue; displacement picks it).
@@ -42,11 +21,12 @@ expected wait fits well within its deadline (`ADMIT_WAIT_FRACTION`), and wheneve
 queue moves the newest waiters are checked again, so that one whose expected wait has
 grown past its deadline is dropped then, not when the deadline comes.
 
-`FairQueue` is the pure bookkeeping (no clock, no I/O); `FairScheduler` is the asyncio
-driver: concurrency slots, deadlines, shedding (decisions in `gateway.traffic.shedding`), metrics.
+The pure parts live beside it: the order (`gateway.traffic.fair_queue`), the shedding
+decisions and wait estimates (`gateway.traffic.shedding`), the pace of lower classes
+(`gateway.traffic.pacing`) and the limits of the last seconds (`LimitMemory`, below).
 
-Over 400 lines: the pure queue and its asyncio driver stay together, since the driver's
-slots, timers and shedding checks are the queue's invariants seen from the event loop.
+Over 400 lines: the driver's slots, timers, admission and re-checks all read and move the
+same queue and counts, on every arrival and release.
 """
 
 from __future__ import annotations
@@ -57,8 +37,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import count
 
+from gateway.traffic.fair_queue import Entry, FairQueue, token_cost
 from gateway.traffic.pacing import Pacer, prefill_steps
 from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
@@ -76,185 +56,6 @@ DEFAULT_OUTPUT_WEIGHT = 2.0
 
 Clock = Callable[[], float]
 WaitHook = Callable[[str, float], None]
-
-
-def token_cost(input_tokens: int, output_tokens: int, weight: float, output_weight: float) -> float:
-    """What serving a request adds to its tenant's virtual counter."""
-    return (input_tokens + output_weight * output_tokens) / weight
-
-
-def lifted_counter(counter: float, waiting_counters: list[float], last_left: float) -> float:
-    """The counter of a tenant whose line was empty: never below the lowest of the tenants
-    with waiters, or when none waits, below the last one's whose line emptied."""
-    floor = min(waiting_counters) if waiting_counters else last_left
-    return max(counter, floor)
-
-
-@dataclass(eq=False)
-class Entry:
-    """One request in the queue, then in flight. Compared by identity."""
-
-    tenant: str
-    weight: float
-    priority: str
-    rank: int
-    charge: float  # estimated counter increment, charged at dispatch
-    deadline: float
-    enqueued_at: float
-    seq: int = 0
-    steps: float = 1.0  # engine steps its prompt's prefill spans (`prefill_steps`)
-
-
-class FairQueue:
-    """Waiters by class and tenant, and the tenants' virtual counters."""
-
-    def __init__(self) -> None:
-        self._counters: dict[str, float] = {}
-        self._lines: dict[str, int] = {}  # tenant -> its waiters, all classes
-        self._last_left: str | None = None  # the last tenant whose line emptied
-        self._since: dict[tuple[int, str], float] = {}  # (class, tenant) -> line began
-        self._waiting: dict[int, dict[str, deque[Entry]]] = {}
-        self._depth: dict[int, int] = {}
-        self._seq = count()
-
-    def __len__(self) -> int:
-        return sum(self._depth.values())
-
-    def counter(self, tenant: str) -> float:
-        return self._counters.get(tenant, 0.0)
-
-    def counters(self) -> dict[str, float]:
-        return dict(self._counters)
-
-    def depth(self, rank: int) -> int:
-        return self._depth.get(rank, 0)
-
-    def ahead(self, rank: int) -> int:
-        """Waiters of this class and higher ones."""
-        return sum(n for r, n in self._depth.items() if r <= rank)
-
-    def ahead_of(self, tenant: str, weight: float, rank: int, position: int | None = None) -> int:
-        """Waiters a newcomer of `tenant` would wait for, as the fair queue interleaves:
-        every waiter of higher classes; in its own class, its tenant's own backlog and, of
-        each other tenant, as many as the weights let through in as many rounds.
-        `position`: for the tenant's waiter at that index instead (0 is its next).
-
-        Counting the whole class instead would refuse a light tenant because of a heavy
-        one's backlog, and admit the heavy one's newcomers only to drop them later.
-        """
-        higher = sum(n for r, n in self._depth.items() if r < rank)
-        same = self._waiting.get(rank, {})
-        own = len(same.get(tenant, ())) if position is None else position
-        others = sum(
-            min(len(queue), math.ceil((own + 1) * queue[0].weight / weight))
-            for other, queue in same.items()
-            if other != tenant and queue
-        )
-        return higher + own + others
-
-    def line(self, tenant: str, rank: int) -> int:
-        """How many of a tenant's requests wait in a class."""
-        return len(self._waiting.get(rank, {}).get(tenant, ()))
-
-    def backlogged_since(self, tenant: str, rank: int) -> float | None:
-        """Since when a tenant's line in a class has had waiters without a break (the
-        arrival of the waiter that began it); None while it is empty."""
-        return self._since.get((rank, tenant))
-
-    def waiting_weights(self, rank: int) -> dict[str, float]:
-        """The weights of the tenants with waiters in a class."""
-        return {tenant: queue[0].weight for tenant, queue in self._waiting.get(rank, {}).items()}
-
-    def push(self, entry: Entry) -> None:
-        entry.seq = next(self._seq)
-        self._lift(entry.tenant)
-        self._lines[entry.tenant] = self._lines.get(entry.tenant, 0) + 1
-        tenants = self._waiting.setdefault(entry.rank, {})
-        if entry.tenant not in tenants:
-            self._since[(entry.rank, entry.tenant)] = entry.enqueued_at
-        tenants.setdefault(entry.tenant, deque()).append(entry)
-        self._depth[entry.rank] = self._depth.get(entry.rank, 0) + 1
-
-    def peek(self) -> Entry | None:
-        """The next to dispatch: top class, lowest counter, oldest (ties go to the oldest)."""
-        if not self._waiting:
-            return None
-        tenants = self._waiting[min(self._waiting)]
-        if len(tenants) == 1:  # the common case under one tenant's load: no comparison
-            return next(iter(tenants.values()))[0]
-        best = min(tenants.values(), key=lambda q: (self._counters[q[0].tenant], q[0].seq))
-        return best[0]
-
-    def overtakes(self, entry: Entry) -> bool:
-        """Whether queued `entry` may be dispatched before some waiter: one of a lower
-        class, or of another tenant in its class (the counters interleave tenants). If
-        not, it waits behind everyone and lengthens no one's wait."""
-        for rank, tenants in self._waiting.items():
-            if rank > entry.rank or (rank == entry.rank and len(tenants) > 1):
-                return True
-        return False
-
-    def tenants_waiting(self) -> list[tuple[int, str]]:
-        """(class rank, tenant) of every tenant with waiters."""
-        return [(rank, tenant) for rank, tenants in self._waiting.items() for tenant in tenants]
-
-    def newest(self, rank: int, tenant: str) -> tuple[Entry, int] | None:
-        """A tenant's newest waiter in a class, and its index in the tenant's line."""
-        waiting = self._waiting.get(rank, {}).get(tenant)
-        if not waiting:
-            return None
-        return waiting[-1], len(waiting) - 1
-
-    def newest_below(self, rank: int) -> Entry | None:
-        """The newest waiter of the lowest class below `rank`: the one to displace."""
-        lower = [r for r in self._waiting if r > rank]
-        if not lower:
-            return None
-        return max((q[-1] for q in self._waiting[max(lower)].values()), key=lambda e: e.seq)
-
-    def dispatch_at_once(self, entry: Entry) -> None:
-        """Straight to in flight when nobody waits: as `push` then `dispatch`."""
-        self._lift(entry.tenant)
-        self._last_left = entry.tenant
-        self._counters[entry.tenant] += entry.charge
-
-    def dispatch(self, entry: Entry) -> None:
-        """Queued → in flight: charge the estimate."""
-        self._unlink(entry)
-        self._counters[entry.tenant] += entry.charge
-
-    def withdraw(self, entry: Entry) -> None:
-        """Leaves the queue without service (cancelled, expired, displaced)."""
-        self._unlink(entry)
-
-    def complete(self, entry: Entry, actual_charge: float) -> None:
-        """In flight → done: replace the estimate by what was really used."""
-        self._counters[entry.tenant] += actual_charge - entry.charge
-
-    def _lift(self, tenant: str) -> None:
-        """A request of `tenant` arrives: lifted if its line is empty (module docstring)."""
-        if tenant not in self._lines:
-            waiting = [self._counters[t] for t in self._lines]
-            last = self.counter(self._last_left) if self._last_left is not None else 0.0
-            self._counters[tenant] = lifted_counter(self.counter(tenant), waiting, last)
-
-    def _unlink(self, entry: Entry) -> None:
-        tenants = self._waiting[entry.rank]
-        waiting = tenants[entry.tenant]
-        if waiting[0] is entry:
-            waiting.popleft()
-        else:
-            waiting.remove(entry)
-        if not waiting:
-            del tenants[entry.tenant]
-            del self._since[(entry.rank, entry.tenant)]
-            if not tenants:
-                del self._waiting[entry.rank]
-        self._depth[entry.rank] -= 1
-        self._lines[entry.tenant] -= 1
-        if not self._lines[entry.tenant]:
-            del self._lines[entry.tenant]
-            self._last_left = entry.tenant
 
 
 _MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not forever
@@ -281,6 +82,47 @@ RESERVED_SHARE = 0.1
 # its pace for seconds, and counted on the limit it returns to, admission would take
 # requests that the pin then makes late.
 LIMIT_MEMORY_S = 10.0
+
+
+class LimitMemory:
+    """The limits in force over the last LIMIT_MEMORY_S seconds: the lowest a cut set and
+    the highest (pure: `now` is passed in)."""
+
+    def __init__(self, limit: int, now: float) -> None:
+        self._limits: deque[tuple[float, int, bool]] = deque()  # (since, limit, a cut)
+        self._bounds = (limit, limit)
+        self._until = -math.inf  # the bounds hold until then
+        self.set(limit, now)
+
+    def set(self, limit: int, now: float) -> None:
+        """The limit is now `limit`; 0 (held for a cold start) forgets the past, since what
+        the replicas will take is new."""
+        if limit == 0:
+            self._limits.clear()
+        else:
+            cut = bool(self._limits) and limit < self._limits[-1][1]
+            self._limits.append((now, limit, cut))
+        self._current = limit
+        self._until = -math.inf
+        self.bounds(now)  # forget what is older, so the record stays short
+
+    def bounds(self, now: float) -> tuple[int, int]:
+        """(lowest set by a cut, or the limit now if lower; highest). Read several times
+        per queued request, they change only when the limit does or an old limit leaves
+        the window: kept until then, instead of rebuilt from the record at every read."""
+        if now >= self._until:
+            horizon = now - LIMIT_MEMORY_S
+            while len(self._limits) > 1 and self._limits[1][0] <= horizon:
+                self._limits.popleft()  # [0] stays: the limit in force at the horizon
+            limits = [limit for _, limit, _ in self._limits] or [self._current]
+            cuts = [limit for _, limit, cut in self._limits if cut]
+            self._bounds = (min([limits[-1], *cuts]), max(limits))
+            # Valid until the oldest remembered change leaves the window.
+            later = len(self._limits) > 1
+            self._until = self._limits[1][0] + LIMIT_MEMORY_S if later else math.inf
+        return self._bounds
+
+
 # Waiters are checked again at once when the limit moves or an arrival goes before some
 # of them; after a release, or an arrival that goes behind everyone, at most this often. A
 # release moves the queue forward, which mostly shortens waits: it lengthens them only by
@@ -327,19 +169,14 @@ class Slot:
     def prefilling(self) -> None:
         """A streamed request of the top class was sent: until its first token
         (`first_token`) lower classes are not dispatched (the module's docstring)."""
-        scheduler = self._scheduler
-        if self._done or self._prefilling or self._entry.rank != scheduler._top_rank:
-            return
-        if "prefill_gate" in scheduler._off:
-            return
-        self._prefilling = True
-        self._scheduler._prefills += 1
+        if not (self._done or self._prefilling):
+            self._prefilling = self._scheduler.prefill_began(self._entry)
 
     def first_token(self) -> None:
         """Its first token came (or the attempt ended without one)."""
         if self._prefilling:
             self._prefilling = False
-            self._scheduler._prefilled()
+            self._scheduler.prefill_ended()
 
     @property
     def rank(self) -> int:
@@ -365,12 +202,9 @@ class Slot:
             return
         self.first_token()
         self._done = True
-        scheduler = self._scheduler
-        if not sampled:
-            service_s = None
-        elif service_s is None:
-            service_s = scheduler._clock() - self.granted_at
-        scheduler._finish(self._entry, scheduler._cost(input_tokens, output_tokens), service_s)
+        self._scheduler.finished(
+            self._entry, input_tokens, output_tokens, service_s, self.granted_at, sampled
+        )
 
     def abandon(self) -> None:
         """Frees the slot of a request that never reached the backend: no charge, and no
@@ -379,7 +213,7 @@ class Slot:
             return
         self.first_token()
         self._done = True
-        self._scheduler._finish(self._entry, 0.0, None)
+        self._scheduler.finished(self._entry, 0, 0, None, self.granted_at, sampled=False)
 
 
 @dataclass(frozen=True)
@@ -437,11 +271,7 @@ class FairScheduler:
         self._prefill_chunk = prefill_chunk_tokens
         self._max = max_concurrency
         self._ceiling = max_concurrency
-        # (since, limit, whether it was a cut), none while 0: `_limit_bounds`
-        self._limits: deque[tuple[float, int, bool]] = deque()
-        self._bounds = (max_concurrency, max_concurrency)  # `_limit_bounds`
-        self._bounds_until = -math.inf
-        self._remember_limit(clock())
+        self._limits = LimitMemory(max_concurrency, clock())
         self._cold_start_s = 0.0  # expected time until capacity appears while it is 0
         self._max_queue = max_queue
         self._clock = clock
@@ -484,7 +314,7 @@ class FairScheduler:
             raise ValueError("max_concurrency must be >= 0")
         self._max = max_concurrency
         self._ceiling = max_concurrency if ceiling is None else max(ceiling, max_concurrency)
-        self._remember_limit(self._clock())
+        self._limits.set(self._max, self._clock())
         self._cold_start_s = cold_start_s
         self._pump()
 
@@ -635,7 +465,7 @@ class FairScheduler:
         the best of them would not serve it in time (a latency baseline's pin halves the
         limit for a few seconds, and re-checked on it, a fifth of the waiters were dropped
         that would have been served)."""
-        basis = self._limit_floor(now) if admitting else self._limit_peak(now)
+        basis = self._limit_bounds(now)[0 if admitting else 1]
         higher = self._load.above(rank, now, self._class_mean_s, basis)
         # Slots kept for the top class (`_cap`) are none of this class's to wait for; and
         # the slots it may fill free up at its own pace: with the mean over every class,
@@ -647,42 +477,12 @@ class FairScheduler:
         wait = self._expected_wait(ahead, busy, slots, self._class_mean_s(rank), serving)
         return wait / max(_MIN_LEFTOVER, 1.0 - higher)
 
-    def _remember_limit(self, now: float) -> None:
-        if self._max == 0:  # held for a cold start: what the replicas will take is new
-            self._limits.clear()
-        else:
-            cut = bool(self._limits) and self._max < self._limits[-1][1]
-            self._limits.append((now, self._max, cut))
-        self._bounds_until = -math.inf
-        self._limit_bounds(now)  # forget what is older, so the record stays short
-
-    def _limit_floor(self, now: float) -> int:
-        """The lowest limit a cut set over the last LIMIT_MEMORY_S seconds, or the limit
-        now if lower."""
-        return self._limit_bounds(now)[0]
-
-    def _limit_peak(self, now: float) -> int:
-        """The highest limit in force over the last LIMIT_MEMORY_S seconds."""
-        return self._limit_bounds(now)[1]
-
     def _limit_bounds(self, now: float) -> tuple[int, int]:
-        """(lowest set by a cut, highest) limit of the last LIMIT_MEMORY_S seconds.
-        Read several times per queued request, they change only when the limit does or an
-        old limit leaves the window: kept until then, instead of rebuilt from the record at
-        every read."""
+        """(lowest set by a cut, highest) limit of the last LIMIT_MEMORY_S seconds; the
+        limit now for both with `limit_memory` off."""
         if "limit_memory" in self._off:
             return self._max, self._max
-        if now >= self._bounds_until:
-            horizon = now - LIMIT_MEMORY_S
-            while len(self._limits) > 1 and self._limits[1][0] <= horizon:
-                self._limits.popleft()  # [0] stays: the limit in force at the horizon
-            limits = [limit for _, limit, _ in self._limits] or [self._max]
-            cuts = [limit for _, limit, cut in self._limits if cut]
-            self._bounds = (min([limits[-1], *cuts]), max(limits))
-            # Valid until the oldest remembered change leaves the window.
-            later = len(self._limits) > 1
-            self._bounds_until = self._limits[1][0] + LIMIT_MEMORY_S if later else math.inf
-        return self._bounds
+        return self._limits.bounds(now)
 
     def class_service_s(self, priority: str) -> float:
         """The mean service time of a class's requests (the overall mean until it has
@@ -840,8 +640,37 @@ class FairScheduler:
         elif future.done() and not future.cancelled() and future.exception() is None:
             future.result().abandon()
 
-    def _finish(self, entry: Entry, tokens: float, service_s: float | None) -> None:
+    def prefill_began(self, entry: Entry) -> bool:
+        """For `Slot`: its top-class stream was sent; whether lower classes now wait for
+        its first token (`prefill_ended`)."""
+        if entry.rank != self._top_rank or "prefill_gate" in self._off:
+            return False
+        self._prefills += 1
+        return True
+
+    def prefill_ended(self) -> None:
+        """For `Slot`: a stream `prefill_began` counted has its first token."""
+        self._prefills -= 1
+        if not self._prefills:
+            self._pump(recheck=False)
+
+    def finished(
+        self,
+        entry: Entry,
+        input_tokens: int,
+        output_tokens: int,
+        service_s: float | None,
+        granted_at: float,
+        sampled: bool,
+    ) -> None:
+        """For `Slot`: it is free; charge the real usage, and take `service_s` (default:
+        since `granted_at`) as a service-time sample when `sampled`."""
         now = self._clock()
+        if not sampled:
+            service_s = None
+        elif service_s is None:
+            service_s = now - granted_at
+        tokens = token_cost(input_tokens, output_tokens, 1.0, self._output_weight)
         self._queue.complete(entry, tokens / entry.weight)
         self._drain.record(now, entry.rank, entry.tenant, entry.weight)
         self._in_flight -= 1
@@ -857,15 +686,6 @@ class FairScheduler:
         self._pump(recheck=False)  # a release mostly shortens waits: see RECHECK_INTERVAL_S
         if not self._in_flight and not len(self._queue):
             self._drain.idle(now)
-
-    def _prefilled(self) -> None:
-        self._prefills -= 1
-        if not self._prefills:
-            self._pump(recheck=False)
-
-    def _cost(self, input_tokens: int, output_tokens: int) -> float:
-        """Weighted tokens, before division by the tenant's weight."""
-        return token_cost(input_tokens, output_tokens, 1.0, self._output_weight)
 
     def _count(self, entry: Entry, shed: Shed) -> Shed:
         key = (entry.priority, shed.reason)

@@ -11,16 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.traffic.scheduler import (
-    LIMIT_MEMORY_S,
-    Entry,
-    FairQueue,
-    FairScheduler,
-    Shed,
-    Slot,
-    lifted_counter,
-    token_cost,
-)
+from gateway.traffic.fair_queue import Entry, FairQueue, lifted_counter, token_cost
+from gateway.traffic.scheduler import LIMIT_MEMORY_S, FairScheduler, LimitMemory, Shed, Slot
 from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
     MIN_DRAIN_SAMPLES,
@@ -1035,6 +1027,22 @@ async def test_a_benchmark_may_switch_each_controller_off() -> None:
         scheduler = FairScheduler(10, 100, clock, off=off)
         scheduler.set_capacity(2)
         scheduler.set_capacity(10)
-        assert scheduler._limit_floor(clock.now) == floor
+        assert scheduler._limit_bounds(clock.now)[0] == floor
     with pytest.raises(ValueError, match="unknown controllers"):
         FairScheduler(10, 100, clock, off=frozenset({"gradient"}))
+
+
+def test_limit_memory_keeps_the_lowest_cut_and_the_highest_limit_of_its_window() -> None:
+    """The first limit and growth are no cuts (12 then 26: both bounds 26); a cut to 8 is
+    the floor while it is in the window, the peak stays 26; once the window has passed
+    both are the limit now; 0 (a cold start) forgets the past at once."""
+    memory = LimitMemory(12, 0.0)
+    memory.set(26, 1.0)
+    assert memory.bounds(1.0) == (26, 26)
+    memory.set(8, 2.0)
+    memory.set(20, 3.0)
+    assert memory.bounds(3.0) == (8, 26)
+    assert memory.bounds(3.0 + LIMIT_MEMORY_S + 0.1) == (20, 20)
+    memory.set(0, 20.0)
+    memory.set(5, 20.5)
+    assert memory.bounds(20.5) == (5, 5)
