@@ -58,6 +58,11 @@ shows it answering batch requests in time that it cannot answer in steady state.
 controller off (the gateway's `traffic.controllers_off`), as mode `adaptive-metrics-no-pacing`
 and so on: what each controller buys, on the same seeds and engine.
 
+`--kv-blocks N` gives vLLM a KV cache of N blocks of 128 tokens (its
+`--num-gpu-blocks-override`, honoured on CPU): small enough (64, say: 8,192 tokens), and
+the engine preempts running requests to make room, which `preemptions` counts. Every line
+then says `kv_blocks`.
+
 `--pin on` runs the engine on the first CPU and everything else (gateways, load
 generator, this script) on the others, so that the gateway's CPU does not slow the engine
 (on a GPU it would not); `off` (default) shares them, as on this 2-core machine.
@@ -87,6 +92,11 @@ mode and load; class where it says):
     engine_limit_mean, latency_limit_mean, latency_measuring_share   the first gateway's
                                 two limiters, and how much of the phase the latency one
                                 spent measuring its baseline (limit pinned at half)
+    limit_trace                 with `--trace`: the first gateway's limit at each /readyz
+                                poll (0.5 s) of the whole phase, with t_s, in_flight,
+                                queued, latency_phase, engine_running, engine_waiting; the
+                                loads run in order (1, 0.3, 5) on the same gateways, so
+                                the rows follow the limit through two load changes
     loadgen_lag_p99_ms
 With `--repeats` > 1, each metric of a (mode, load, class) again with `repeat: "all"`: the
 median, and `low` and `high` over the repeats. Last, `target_met` per adaptive mode (the
@@ -233,6 +243,7 @@ class Run:
     replicas: int
     pinned: bool
     deadlines: str  # "sent" (x-request-timeout) or "none"
+    kv_blocks: int | None = None  # vLLM's KV cache in blocks (`--kv-blocks`); None: its own
 
 
 def emit(run: Run, metric: str, value: float | int | None, unit: str, **parameters: Any) -> None:
@@ -248,6 +259,7 @@ def emit(run: Run, metric: str, value: float | int | None, unit: str, **paramete
         "replicas": run.replicas,
         "pinned": run.pinned,
         "deadlines": run.deadlines,
+        **({"kv_blocks": run.kv_blocks} if run.kv_blocks is not None else {}),
         **parameters,
     }
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
@@ -594,6 +606,36 @@ def limit_figures(replicas: list[list[str]]) -> dict[tuple[str, str | None], flo
     }
 
 
+def limit_trace(phase: Phase) -> list[dict[str, Any]]:
+    """The first gateway's learned limit through the whole phase, one row per /readyz
+    poll (every 0.5 s), with the engine's running and waiting from its nearest poll."""
+    polls = phase.result.polls
+    engine = [
+        (at, parse_metrics("vllm", text))
+        for at, text in polls.get("engine", [])
+        if not text.startswith("error")
+    ]
+    rows = []
+    for at, text in polls.get("readyz-0", []):
+        if text.startswith("error"):
+            continue
+        view, replica = capacity_view(text), replica_view(text)
+        latency = replica.get("latency") or {}
+        nearest = min(engine, key=lambda e: abs(e[0] - at))[1] if engine else None
+        rows.append(
+            {
+                "t_s": round(at, 2),
+                "limit": view.get("limit"),
+                "in_flight": view.get("in_flight"),
+                "queued": view.get("queued"),
+                "latency_phase": latency.get("phase"),
+                "engine_running": nearest.running if nearest else None,
+                "engine_waiting": nearest.waiting if nearest else None,
+            }
+        )
+    return rows
+
+
 def replica_view(readyz: str) -> dict[str, Any]:
     """The first engine replica's entry of the first backend's /readyz capacity view."""
     replicas = capacity_view(readyz).get("replicas") or [{}]
@@ -663,8 +705,11 @@ class Bench:
         run: Run,
         modes: list[str],
         bound_rps: float | None = None,
+        trace: bool = False,
     ) -> None:
-        """`bound_rps`: load 1 given (`--bound-rps`); None: measured first."""
+        """`bound_rps`: load 1 given (`--bound-rps`); None: measured first. `trace`: the
+        learned limit through each phase (`limit_trace`) too."""
+        self.trace = trace
         self.plan = plan
         self.kind = kind
         self.work_dir = work_dir
@@ -684,7 +729,9 @@ class Bench:
                 raise RuntimeError("--pin on needs at least 2 CPUs")
             os.sched_setaffinity(0, {cpus[0]})  # the engine and its children inherit it
         progress(f"starting the engine ({self.run.engine})")
-        self.engine = Engine(self.kind, self.work_dir)
+        blocks = self.run.kv_blocks
+        extra = ["--num-gpu-blocks-override", str(blocks)] if blocks is not None else []
+        self.engine = Engine(self.kind, self.work_dir, extra)
         if pin:
             os.sched_setaffinity(0, set(cpus[1:]))
         self.loadgen = CapacityLoadGenerator().start()
@@ -791,6 +838,9 @@ class Bench:
         for (metric, klass), value in own.items():
             extra = {} if klass is None else {"class": klass}
             emit(run, metric, value, unit_of(metric), mode=mode, load=load, **extra)
+        for row in limit_trace(phase) if self.trace and mode != "bare" else []:
+            limit = row.pop("limit")
+            emit(run, "limit_trace", limit, "requests", mode=mode, load=load, **row)
 
     def start_gateways(self, mode: str, limit: int) -> None:
         assert self.engine is not None
@@ -916,6 +966,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)}")
     parser.add_argument(
+        "--kv-blocks",
+        type=int,
+        default=None,
+        help="vLLM's KV cache in blocks of 128 tokens (--num-gpu-blocks-override): small "
+        "enough, and the engine preempts",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also the first gateway's limit every 0.5 s of each phase (limit_trace lines)",
+    )
+    parser.add_argument(
         "--ablate",
         default="",
         help=f"comma-separated, of {','.join(CONTROLLERS)}: each adaptive mode again with it off",
@@ -939,10 +1001,12 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
     repeats = args.repeats or (1 if args.quick else 3)
     engine_name = ENGINE_NAME if args.engine == "vllm" else "fake"
-    run = Run(seed, engine_name, args.replicas, args.pin == "on", args.deadlines)
+    if args.kv_blocks is not None and (args.engine != "vllm" or args.kv_blocks < 8):
+        parser.error("--kv-blocks: vLLM only, and at least 8 (one 1,024-token request)")
+    run = Run(seed, engine_name, args.replicas, args.pin == "on", args.deadlines, args.kv_blocks)
     progress(f"seed {seed} (replay with --seed {seed}), engine {engine_name}, modes {modes}")
     with tempfile.TemporaryDirectory(prefix="slo-goodput-") as folder:
-        bench = Bench(plan, args.engine, Path(folder), run, modes, args.bound_rps)
+        bench = Bench(plan, args.engine, Path(folder), run, modes, args.bound_rps, args.trace)
         try:
             bench.start(args.pin == "on")
             bench.measure(repeats)

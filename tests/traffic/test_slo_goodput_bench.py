@@ -15,6 +15,7 @@ from bench.slo_goodput import (
     Objective,
     Phase,
     limit_figures,
+    limit_trace,
     meets,
     offered,
     streams,
@@ -144,3 +145,37 @@ def test_limit_figures_read_the_first_replicas_limiters_from_readyz() -> None:
     assert figures[("latency_measuring_share", None)] == 0.5
     fixed = orjson.dumps({"capacity": {"gpu": {"replicas": [{"mode": "fixed"}]}}}).decode()
     assert limit_figures([[fixed]]) == {} and limit_figures([]) == {}
+
+
+def test_the_limit_trace_follows_the_first_gateway_with_the_engine_nearest_in_time() -> None:
+    def readyz(limit: int, phase: str) -> str:
+        view = {
+            "limit": limit,
+            "in_flight": 3,
+            "queued": 1,
+            "replicas": [{"latency": {"phase": phase}}],
+        }
+        return orjson.dumps({"capacity": {"gpu": view}}).decode()
+
+    def engine(running: int) -> str:
+        lines = [f'vllm:num_requests_running{{engine="0"}} {running}']
+        lines.append('vllm:num_requests_waiting{engine="0"} 2')
+        return "\n".join(lines) + "\n"
+
+    polls = {
+        "readyz-0": [
+            (0.5, readyz(8, "measuring_min")),
+            (1.0, "error: refused"),
+            (1.5, readyz(12, "probing")),
+        ],
+        "readyz-1": [(0.5, readyz(99, "probing"))],
+        "engine": [(0.4, engine(5)), (1.6, engine(11))],
+    }
+    phase = Phase(PhaseResult(polls=polls), [], (0.0, 2.0))
+    rows = limit_trace(phase)
+    assert [(r["t_s"], r["limit"], r["latency_phase"]) for r in rows] == [
+        (0.5, 8, "measuring_min"),
+        (1.5, 12, "probing"),
+    ]
+    assert [(r["engine_running"], r["engine_waiting"]) for r in rows] == [(5, 2), (11, 2)]
+    assert rows[0]["in_flight"] == 3 and rows[0]["queued"] == 1
