@@ -37,7 +37,8 @@ count in steps too, so the rate rule above compares like with like.
 from __future__ import annotations
 
 import math
-from collections import deque
+
+from common.window import WindowSums
 
 DEFAULT_BURST = 1.0
 RATE_WINDOW_S = 2.0  # lower-class completions counted for the rate
@@ -61,8 +62,7 @@ class Pacer:
         self._tokens = burst
         self._at: float | None = None
         self.interval_s = 0.0
-        self._finished: deque[tuple[float, float]] = deque()  # (when, steps)
-        self._finished_steps = 0.0
+        self._finished: WindowSums[None] = WindowSums(RATE_WINDOW_S)  # prompt steps
 
     def set_interval(self, interval_s: float, now: float) -> None:
         """Tokens accrue at one per `interval_s` at least from now on (0: no pacing)."""
@@ -80,8 +80,7 @@ class Pacer:
     def finished(self, now: float, steps: float = 1.0) -> None:
         """A paced request of `steps` finished: the accrual keeps up with the completions."""
         self._refill(now)
-        self._finished.append((now, steps))
-        self._finished_steps += steps
+        self._finished.add(now, None, steps)
 
     def rate_per_s(self, now: float) -> float | None:
         """Paced prompt steps allowed per second now (dispatches, where each prompt takes
@@ -97,13 +96,11 @@ class Pacer:
 
     def _interval(self, now: float) -> float:
         """One step, or less where lower-class requests finish faster than one a step."""
-        horizon = now - RATE_WINDOW_S
-        while self._finished and self._finished[0][0] <= horizon:
-            self._finished_steps -= self._finished.popleft()[1]
+        self._finished.expire(now)
         if not self._finished:
-            self._finished_steps = 0.0  # no float residue from the subtractions
             return self.interval_s
-        return min(self.interval_s, RATE_WINDOW_S / (RATE_HEADROOM * self._finished_steps))
+        steps = self._finished.get(None)
+        return min(self.interval_s, RATE_WINDOW_S / (RATE_HEADROOM * steps))
 
     def _refill(self, now: float) -> float:
         if self._at is not None and self.interval_s > 0 and now > self._at:

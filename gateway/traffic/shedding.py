@@ -13,8 +13,9 @@ still make it.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
+
+from common.window import WindowSums
 
 RETRY_AFTER_FLOOR_S = 1.0  # `Retry-After` is whole seconds; below one means "now", which it is not
 RETRY_AFTER_CEILING_S = 60.0  # an estimate far out is a guess; do not park clients on it
@@ -100,14 +101,11 @@ class ClassLoad:
     def __init__(self, window_s: float = 3.0) -> None:
         if window_s <= 0:
             raise ValueError("window_s must be > 0")
-        self._window_s = window_s
-        self._dispatches: deque[tuple[float, int]] = deque()
-        self._counts: dict[int, int] = {}
+        self._dispatches: WindowSums[int] = WindowSums(window_s)  # by class rank
 
     def record(self, now: float, rank: int) -> None:
-        self._dispatches.append((now, rank))
-        self._counts[rank] = self._counts.get(rank, 0) + 1
-        self._expire(now)
+        self._dispatches.add(now, rank)
+        self._dispatches.expire(now)
 
     def above(
         self, rank: int, now: float, mean_service_s: Callable[[int], float], slots: int
@@ -117,22 +115,17 @@ class ClassLoad:
         with one mean for all, short interactive answers counted as long as batch ones,
         the estimate of what they leave swung with every burst of them, and batch waiters
         admitted at one moment were dropped as slipped at the next."""
-        self._expire(now)
+        dispatches = self._dispatches
+        dispatches.expire(now)
         if slots <= 0:
             return 0.0
-        busy = sum(n * mean_service_s(r) for r, n in self._counts.items() if r < rank)
-        return min(1.0, busy / (slots * self._window_s))
+        busy = sum(dispatches.get(r) * mean_service_s(r) for r in dispatches if r < rank)
+        return min(1.0, busy / (slots * dispatches.window_s))
 
     def recent(self, rank: int, now: float) -> bool:
         """Whether the class dispatched anything in the window."""
-        self._expire(now)
-        return self._counts.get(rank, 0) > 0
-
-    def _expire(self, now: float) -> None:
-        horizon = now - self._window_s
-        while self._dispatches and self._dispatches[0][0] <= horizon:
-            _, rank = self._dispatches.popleft()
-            self._counts[rank] -= 1
+        self._dispatches.expire(now)
+        return self._dispatches.get(rank) > 0
 
 
 # A measured drain rate needs this many of the class's requests finished in the window:
@@ -168,9 +161,9 @@ class DrainRate:
         self._started = started
         self._idle_s = 0.0  # idle time so far, taken off the clock
         self._idle_since: float | None = started  # idle until the first request
-        self._done: deque[tuple[float, int, str]] = deque()  # (busy clock, class, tenant)
-        self._by_class: dict[int, int] = {}
-        self._by_tenant: dict[tuple[int, str], int] = {}
+        # Completions on the busy clock, by class and by (class, tenant).
+        self._by_class: WindowSums[int] = WindowSums(window_s)
+        self._by_tenant: WindowSums[tuple[int, str]] = WindowSums(window_s)
         self._weights: dict[tuple[int, str], float] = {}
 
     @property
@@ -190,11 +183,9 @@ class DrainRate:
 
     def record(self, now: float, rank: int, tenant: str, weight: float) -> None:
         at = self._busy_clock(now)
-        self._done.append((at, rank, tenant))
-        self._by_class[rank] = self._by_class.get(rank, 0) + 1
-        key = (rank, tenant)
-        self._by_tenant[key] = self._by_tenant.get(key, 0) + 1
-        self._weights[key] = weight
+        self._by_class.add(at, rank)
+        self._by_tenant.add(at, (rank, tenant))
+        self._weights[(rank, tenant)] = weight
         self._expire(at)
 
     def rates(self, rank: int, tenant: str, now: float) -> tuple[float, float] | None:
@@ -202,11 +193,11 @@ class DrainRate:
         class finished fewer than MIN_DRAIN_SAMPLES in the window."""
         at = self._busy_clock(now)
         self._expire(at)
-        finished = self._by_class.get(rank, 0)
+        finished = self._by_class.get(rank)
         span = min(self._window_s, at)
         if finished < MIN_DRAIN_SAMPLES or span <= 0:
             return None
-        return finished / span, self._by_tenant.get((rank, tenant), 0) / span
+        return finished / span, self._by_tenant.get((rank, tenant)) / span
 
     def weights(self, rank: int, now: float) -> dict[str, float]:
         """The weights of the tenants of a class that finished requests in the window:
@@ -220,15 +211,9 @@ class DrainRate:
         return now - self._started - idle
 
     def _expire(self, at: float) -> None:
-        horizon = at - self._window_s
-        while self._done and self._done[0][0] <= horizon:
-            _, rank, tenant = self._done.popleft()
-            self._by_class[rank] -= 1
-            key = (rank, tenant)
-            self._by_tenant[key] -= 1
-            if not self._by_tenant[key]:
-                del self._by_tenant[key]
-                del self._weights[key]
+        self._by_class.expire(at)
+        for key in self._by_tenant.expire(at):
+            del self._weights[key]
 
 
 def measured_wait_s(own: int, class_rate: float, tenant_rate: float, share: float) -> float:
