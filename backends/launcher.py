@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
 import socket
 import time
 from collections.abc import Mapping, Sequence
 
-import aiohttp
-
 from backends.errors import LaunchError
-from backends.spawn import Child, child_environment, spawn
+from backends.probe import ReadinessProbe
+from backends.spawn import Child, child_environment, signal_group, spawn
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+PROBE_TIMEOUT_S = 2.0  # one readiness probe; a loading server may be slow to answer
 
 
 class LocalProcess:
@@ -39,16 +39,20 @@ class LocalProcess:
     async def _wait_ready(self, timeout_s: float) -> None:
         assert self._process is not None
         deadline = time.monotonic() + timeout_s
-        async with aiohttp.ClientSession() as session:
+        probe = ReadinessProbe(PROBE_TIMEOUT_S)
+        await probe.open()
+        try:
             while time.monotonic() < deadline:
                 if self._process.returncode is not None:
                     raise LaunchError(
                         f"{self._command[0]!r} exited with code {self._process.returncode} "
                         "before it was ready (its output is above)"
                     )
-                if await _answers_ok(session, self._ready_url):
+                if await probe.passes(self._ready_url):
                     return
                 await asyncio.sleep(0.2)
+        finally:
+            await probe.close()
         await self.stop()
         raise LaunchError(f"{self._ready_url} was not ready within {timeout_s:.0f} s")
 
@@ -56,22 +60,9 @@ class LocalProcess:
         process, self._process = self._process, None
         if process is None or process.returncode is not None:
             return
-        _signal_group(process.pid, signal.SIGTERM)
+        signal_group(process.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(process.wait(), grace_s)
         except TimeoutError:
-            _signal_group(process.pid, signal.SIGKILL)
+            signal_group(process.pid, signal.SIGKILL)
             await process.wait()
-
-
-async def _answers_ok(session: aiohttp.ClientSession, url: str) -> bool:
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
-            return response.status == 200
-    except (aiohttp.ClientError, TimeoutError):
-        return False
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, sig)

@@ -1,4 +1,6 @@
-"""Readiness probe: a GET that passes only on 200 (a server that is loading answers 503)."""
+"""Readiness probe: a GET that passes only on 200 (a server that is loading answers 503).
+The one probe of a model server the gateway starts: by the process provider and by a
+backend's `launch` (backends/launcher.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,9 @@ starts few processes and learns of an exit within `POLL_S`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -149,3 +151,10 @@ async def spawn(
     with anyio.CancelScope(shield=True):
         popen = await anyio.to_thread.run_sync(start)
     return Child(popen)
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Sends `sig` to the process group `pid` leads (children are started in a session of
+    their own), if it is still there."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

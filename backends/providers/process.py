@@ -17,10 +17,8 @@ never restarted. Which replica to stop, and when it is idle, is the caller's dec
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
-import os
 import signal
 import sys
 import time
@@ -34,15 +32,15 @@ from anyio.abc import TaskGroup
 
 from backends.errors import LaunchError
 from backends.launcher import free_port
+from backends.probe import ReadinessProbe
 from backends.providers.errors import ProviderClosed, ReplicaNotFound
-from backends.providers.probe import ReadinessProbe
 from backends.providers.replicas import Phase, Replica, ReplicaEvent, ReplicaListener, notify
 from backends.providers.restart_policy import (
     RestartBackoff,
     consecutive_failures,
     restart_delay,
 )
-from backends.spawn import Child, child_environment, spawn
+from backends.spawn import Child, child_environment, signal_group, spawn
 
 logger = logging.getLogger(__name__)
 
@@ -277,12 +275,12 @@ class ProcessProvider:
         if process is None:
             return
         if process.returncode is None:
-            _signal_group(process.pid, signal.SIGTERM)
+            signal_group(process.pid, signal.SIGTERM)
             with anyio.move_on_after(self._timings.grace_s):
                 await process.wait()
         # SIGKILL the group even when its leader has exited: a server's own children
         # (engine processes holding GPU memory) must not outlive it.
-        _signal_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         await process.aclose()
         slot.process = None  # only now: a reap cancelled halfway is redone in full
 
@@ -314,8 +312,3 @@ def _substitute(part: str, values: Mapping[str, str]) -> str:
     for placeholder in PLACEHOLDERS:
         part = part.replace(placeholder, values[placeholder])
     return part
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)

@@ -14,8 +14,8 @@ from urllib.parse import urljoin
 import anyio
 from anyio.abc import TaskGroup
 
+from backends.probe import ReadinessProbe
 from backends.providers.errors import ReplicaNotFound
-from backends.providers.probe import ReadinessProbe
 from backends.providers.replicas import (
     Phase,
     Replica,
