@@ -128,27 +128,32 @@ def build_network(config: VerifierConfig) -> torch.nn.Module:
             scores: torch.Tensor = self.compare(x).squeeze(-1)
             return scores.masked_fill(~a["mask"], -30.0)
 
-    def _mean_unit(side: dict[str, Any]) -> torch.Tensor:
-        mask: torch.Tensor = side["mask"][:, :, None].float()
-        mean: torch.Tensor = (side["vectors"] * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        unit: torch.Tensor = mean / mean.norm(dim=-1, keepdim=True).clamp(min=1e-6)
-        return unit
-
-    def _order(
-        aligned_pos: torch.Tensor, mask: torch.Tensor, enabled: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Where a token's neighbours landed on the other side, relative to where it landed:
-        # about +1 after and -1 before when the order is kept. A swap flips the signs.
-        p = aligned_pos.squeeze(-1)
-        if not enabled:
-            return torch.zeros_like(p), torch.zeros_like(p)
-        step = p[:, 1:] - p[:, :-1]
-        valid = mask[:, 1:] & mask[:, :-1]
-        step = torch.where(valid, step, torch.ones_like(step)).clamp(-4.0, 4.0)
-        ones = torch.ones_like(p[:, :1])
-        return torch.cat([ones, step], dim=1), torch.cat([step, ones], dim=1)
-
     return VerifierNet()
+
+
+def _mean_unit(side: dict[str, Any]) -> torch.Tensor:
+    """The unit vector of a side's mean token vector (padding left out)."""
+    mask: torch.Tensor = side["mask"][:, :, None].float()
+    mean: torch.Tensor = (side["vectors"] * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+    unit: torch.Tensor = mean / mean.norm(dim=-1, keepdim=True).clamp(min=1e-6)
+    return unit
+
+
+def _order(
+    aligned_pos: torch.Tensor, mask: torch.Tensor, enabled: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where a token's neighbours landed on the other side, relative to where it landed:
+    about +1 after and -1 before when the order is kept. A swap flips the signs."""
+    import torch
+
+    p = aligned_pos.squeeze(-1)
+    if not enabled:
+        return torch.zeros_like(p), torch.zeros_like(p)
+    step = p[:, 1:] - p[:, :-1]
+    valid = mask[:, 1:] & mask[:, :-1]
+    step = torch.where(valid, step, torch.ones_like(step)).clamp(-4.0, 4.0)
+    ones = torch.ones_like(p[:, :1])
+    return torch.cat([ones, step], dim=1), torch.cat([step, ones], dim=1)
 
 
 def batch_sides(sides: list[Side]) -> dict[str, Any]:

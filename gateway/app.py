@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.accesslog import AccessLog
@@ -61,6 +61,21 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     def parts() -> Parts:
         return holder["parts"]
 
+    routes = [
+        *_api_routes(parts),
+        *_operational_routes(parts, metrics),
+        *admin_routes(lambda: parts().admin),
+        *(batch_routes(lambda: _batches(parts())) if settings.batches.enabled else []),
+    ]
+    handlers: dict[Any, Any] = {HTTPException: _http_error}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    return HotPath(app, lambda: parts().pipeline)
+
+
+def _api_routes(parts: Callable[[], Parts]) -> list[BaseRoute]:
+    """The model APIs: OpenAI's, Anthropic's Messages and the Responses API (translated to
+    chat on the way in and back on the way out), models, cache feedback."""
+
     def openai(kind: Kind) -> Endpoint:
         async def endpoint(request: Request) -> Response:
             return await parts().pipeline.openai(request, kind)
@@ -85,6 +100,20 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     async def cache_feedback(request: Request) -> Response:
         return await parts().pipeline.cache_feedback(request)
 
+    return [
+        *(Route(path, openai(kind), methods=["POST"]) for path, kind in OPENAI_ROUTES.items()),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        *stored_routes(lambda: parts().responses, lambda: parts().pipeline.as_tenant),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/cache/feedback", cache_feedback, methods=["POST"]),
+    ]
+
+
+def _operational_routes(parts: Callable[[], Parts], metrics: Metrics) -> list[BaseRoute]:
+    """Health, readiness, metrics and the OpenAPI document."""
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -107,24 +136,12 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     async def openapi(request: Request) -> Response:
         return Response(schema, media_type="application/json")
 
-    routes = [
-        *(Route(path, openai(kind), methods=["POST"]) for path, kind in OPENAI_ROUTES.items()),
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        Route("/v1/responses", responses, methods=["POST"]),
-        *stored_routes(lambda: parts().responses, lambda: parts().pipeline.as_tenant),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/cache/feedback", cache_feedback, methods=["POST"]),
+    return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
-        *admin_routes(lambda: parts().admin),
-        *(batch_routes(lambda: _batches(parts())) if settings.batches.enabled else []),
     ]
-    handlers: dict[Any, Any] = {HTTPException: _http_error}
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
-    return HotPath(app, lambda: parts().pipeline)
 
 
 class HotPath:

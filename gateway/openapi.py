@@ -163,70 +163,75 @@ _ANSWER = {
 }
 
 
-def _openai_paths() -> dict[str, Any]:
-    relayed = {
-        "default": {
-            "description": "Another status answered by the backend, relayed unchanged.",
-            "content": {_JSON: {"schema": {}}},
-        }
+_RELAYED = {
+    "default": {
+        "description": "Another status answered by the backend, relayed unchanged.",
+        "content": {_JSON: {"schema": {}}},
     }
+}
 
-    def post(model: type[BaseModel], summary: str, streams: bool) -> dict[str, Any]:
-        content: dict[str, Any] = {_JSON: {"schema": _ANSWER}}
-        if streams:
-            content["text/event-stream"] = {"schema": {"type": "string"}}
-        ok = {
-            "200": {
-                "description": "The answer (SSE when `stream` is true).",
-                "headers": _HEADERS,
-                "content": content,
-            }
-        }
-        return {
-            "post": {
-                "summary": summary,
-                "tags": ["openai"],
-                "security": [{"tenantKey": []}],
-                "requestBody": {"required": True, "content": {_JSON: {"schema": _ref(model)}}},
-                "responses": {
-                    **ok,
-                    **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
-                    **relayed,
-                },
-            }
-        }
-
-    model_list = {
-        "type": "object",
-        "required": ["object", "data"],
-        "properties": {
-            "object": {"const": "list"},
-            "data": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["id", "object"],
-                    "properties": {
-                        "id": {"type": "string"},
-                        "object": {"const": "model"},
-                        "created": {"type": "integer"},
-                        "owned_by": {"type": "string"},
-                    },
+_MODEL_LIST = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "object"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "object": {"const": "model"},
+                    "created": {"type": "integer"},
+                    "owned_by": {"type": "string"},
                 },
             },
         },
+    },
+}
+
+
+def _openai_post(model: type[BaseModel], summary: str, streams: bool) -> dict[str, Any]:
+    """One OpenAI POST route: its request schema, the answer (SSE too when it `streams`),
+    the gateway's errors and whatever else the backend answers."""
+    content: dict[str, Any] = {_JSON: {"schema": _ANSWER}}
+    if streams:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    ok = {
+        "200": {
+            "description": "The answer (SSE when `stream` is true).",
+            "headers": _HEADERS,
+            "content": content,
+        }
     }
     return {
-        "/v1/chat/completions": post(ChatRequest, "Create a chat completion", True),
-        "/v1/completions": post(CompletionRequest, "Create a completion", True),
-        "/v1/embeddings": post(EmbeddingRequest, "Create embeddings", False),
+        "post": {
+            "summary": summary,
+            "tags": ["openai"],
+            "security": [{"tenantKey": []}],
+            "requestBody": {"required": True, "content": {_JSON: {"schema": _ref(model)}}},
+            "responses": {
+                **ok,
+                **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
+                **_RELAYED,
+            },
+        }
+    }
+
+
+def _openai_paths() -> dict[str, Any]:
+    return {
+        "/v1/chat/completions": _openai_post(ChatRequest, "Create a chat completion", True),
+        "/v1/completions": _openai_post(CompletionRequest, "Create a completion", True),
+        "/v1/embeddings": _openai_post(EmbeddingRequest, "Create embeddings", False),
         "/v1/cache/feedback": _feedback_path(),
         "/v1/models": {
             "get": {
                 "summary": "The models the caller's tenant may use",
                 "tags": ["openai"],
                 "security": [{"tenantKey": []}],
-                "responses": {**_ok(model_list, "The models."), **_errors(401, 503)},
+                "responses": {**_ok(_MODEL_LIST, "The models."), **_errors(401, 503)},
             }
         },
     }

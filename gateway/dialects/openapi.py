@@ -87,48 +87,42 @@ def _anthropic_paths(errors_of: Errors, ok_of: Ok) -> dict[str, Any]:
     }
 
 
+_RESPONSES_REQUEST = {
+    "type": "object",
+    "required": ["model", "input"],
+    "properties": {
+        "model": {"type": "string"},
+        "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+        "instructions": {"type": "string"},
+        "max_output_tokens": {"type": "integer", "minimum": 1},
+        "previous_response_id": {"type": "string"},
+        "store": {"type": "boolean"},
+        "stream": {"type": "boolean"},
+        "tools": {"type": "array", "items": {"type": "object"}},
+    },
+}
+_RESPONSE = {
+    "type": "object",
+    "required": ["id", "object", "status", "output"],
+    "properties": {"object": {"const": "response"}, "output": {"type": "array"}},
+}
+_DELETED = {
+    "type": "object",
+    "required": ["id", "object", "deleted"],
+    "properties": {"deleted": {"const": True}},
+}
+_ITEMS = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {"data": {"type": "array"}},
+}
+_RESPONSE_ID = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
 def _responses_paths(errors_of: Errors, ok_of: Ok) -> dict[str, Any]:
     """OpenAI's Responses API (gateway/dialects/responses.py, stored.py)."""
-    request = {
-        "type": "object",
-        "required": ["model", "input"],
-        "properties": {
-            "model": {"type": "string"},
-            "input": {
-                "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]
-            },
-            "instructions": {"type": "string"},
-            "max_output_tokens": {"type": "integer", "minimum": 1},
-            "previous_response_id": {"type": "string"},
-            "store": {"type": "boolean"},
-            "stream": {"type": "boolean"},
-            "tools": {"type": "array", "items": {"type": "object"}},
-        },
-    }
-    response = {
-        "type": "object",
-        "required": ["id", "object", "status", "output"],
-        "properties": {"object": {"const": "response"}, "output": {"type": "array"}},
-    }
-    deleted = {
-        "type": "object",
-        "required": ["id", "object", "deleted"],
-        "properties": {"deleted": {"const": True}},
-    }
-    items = {
-        "type": "object",
-        "required": ["object", "data"],
-        "properties": {"data": {"type": "array"}},
-    }
-    stream = {"text/event-stream": {"schema": {"type": "string"}}}
-    created = ok_of(response, "The response (SSE of typed events when `stream` is true).")
-    created["200"]["content"].update(stream)
-    one = {
-        "name": "response_id",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string"},
-    }
+    created = ok_of(_RESPONSE, "The response (SSE of typed events when `stream` is true).")
+    created["200"]["content"].update({"text/event-stream": {"schema": {"type": "string"}}})
 
     def operation(summary: str, ok: dict[str, Any], *errors: int, **extra: Any) -> dict[str, Any]:
         return {
@@ -139,21 +133,22 @@ def _responses_paths(errors_of: Errors, ok_of: Ok) -> dict[str, Any]:
             **extra,
         }
 
-    body = {"requestBody": {"required": True, "content": {_JSON: {"schema": request}}}}
+    body = {"requestBody": {"required": True, "content": {_JSON: {"schema": _RESPONSES_REQUEST}}}}
     errors = (400, 403, 404, 408, 413, 429, 502, 504)
+    one = [_RESPONSE_ID]
     return {
         "/v1/responses": {"post": operation("Create a response", created, *errors, **body)},
         "/v1/responses/{response_id}": {
-            "parameters": [one],
-            "get": operation("A stored response", ok_of(response, "The response."), 404),
-            "delete": operation("Delete a stored response", ok_of(deleted, "Deleted."), 404),
+            "parameters": one,
+            "get": operation("A stored response", ok_of(_RESPONSE, "The response."), 404),
+            "delete": operation("Delete a stored response", ok_of(_DELETED, "Deleted."), 404),
         },
         "/v1/responses/{response_id}/input_items": {
-            "parameters": [one],
-            "get": operation("A stored response's input items", ok_of(items, "The items."), 404),
+            "parameters": one,
+            "get": operation("A stored response's input items", ok_of(_ITEMS, "The items."), 404),
         },
         "/v1/responses/{response_id}/cancel": {
-            "parameters": [one],
+            "parameters": one,
             "post": operation("Cancel (background responses only: none here)", {}, 400, 404),
         },
     }
