@@ -62,6 +62,7 @@ import orjson
 
 from bench.capacity import MODEL
 from bench.measure import percentile
+from bench.report import emitter, progress_of
 from bench.slo_goodput import Engine
 from tests.support.processes import Gateway, start_gateway
 
@@ -132,13 +133,10 @@ WORDS = [
 ]
 
 
-def emit(metric: str, value: float | int | None, unit: str, **fields: Any) -> None:
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **fields}
-    print(orjson.dumps(line).decode(), flush=True)
+emit = emitter(BENCH)
 
 
-def progress(message: str) -> None:
-    print(f"# {message}", file=sys.stderr, flush=True)
+progress = progress_of(BENCH)
 
 
 def words(rng: random.Random, count: int) -> str:

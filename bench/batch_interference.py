@@ -112,6 +112,7 @@ from bench.capacity_loadgen import (  # noqa: E402
     StreamSpec,
 )
 from bench.measure import percentile, ratio_interval  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 from tests.support.processes import OPERATOR, Gateway, start_gateway  # noqa: E402
 
@@ -147,20 +148,14 @@ QUICK_PLAN = Plan(lines=300, start_warm_s=6.0, warm_s=1.0, measure_s=10.0, drain
 FULL_PLAN = Plan(lines=1000, start_warm_s=10.0, warm_s=3.0, measure_s=45.0, drain_s=4.0)
 
 
-def emit(metric: str, value: float | int | None, unit: str, **parameters: Any) -> None:
-    if isinstance(value, float):
-        value = None if math.isnan(value) else round(value, 4)
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
-    line["engine"] = engine_label()
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+_emit = emitter(BENCH, digits=4)
 
 
-STARTED = time.monotonic()
+def emit(metric: str, value: float | int | None, unit: str, **fields: Any) -> None:
+    _emit(metric, value, unit, **(fields | {"engine": engine_label()}))
 
 
-def progress(message: str) -> None:
-    print(f"[{BENCH} {time.monotonic() - STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+progress = progress_of(BENCH)
 
 
 # --- pure helpers -------------------------------------------------------------------------

@@ -129,6 +129,7 @@ from bench.cache_latency_loadgen import (  # noqa: E402
     CacheRoundSpec,
 )
 from bench.measure import cpu_seconds, percentile  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 from cache.codec import StoredEntry  # noqa: E402
 from tests.support.processes import (  # noqa: E402
     OPERATOR,
@@ -196,18 +197,10 @@ QUICK = Plan(
 )
 
 
-def emit(metric: str, value: float, unit: str, **parameters: Any) -> None:
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+emit = emitter(BENCH)
 
 
-_STARTED = time.monotonic()
-
-
-def progress(message: str) -> None:
-    elapsed = time.monotonic() - _STARTED
-    print(f"[{BENCH} {elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+progress = progress_of(BENCH)
 
 
 def body_text(prompt: str) -> str:

@@ -32,7 +32,6 @@ duplicates, threshold, train_s; `verifier` is "shipped" or "loco".
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from bench.cache_quality import (  # noqa: E402
     gateway_outcomes,
 )
 from bench.pair_data import PARAPHRASES, PROMPT_PAIRS, Pair, held_out_pairs, load_pairs  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 from cache.decision import DecisionSettings  # noqa: E402
 from cache.embedder import Embedded, Encoder, embed_many, load_embedder  # noqa: E402
 from cache.verifier import DEFAULT_WEIGHTS, PairVerifier  # noqa: E402
@@ -58,13 +58,10 @@ from cache.verifier import DEFAULT_WEIGHTS, PairVerifier  # noqa: E402
 QUICK_SOURCE = "authored-dev/math"
 
 
-def emit(metric: str, value: float, unit: str, **params: Any) -> None:
-    line = {"bench": "cache_loco", "metric": metric, "value": value, "unit": unit}
-    print(json.dumps({**line, **params}), flush=True)
+emit = emitter("cache_loco")
 
 
-def progress(message: str) -> None:
-    print(f"[cache_loco] {message}", file=sys.stderr, flush=True)
+progress = progress_of("cache_loco")
 
 
 def sources() -> list[str]:

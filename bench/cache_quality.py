@@ -45,7 +45,6 @@ latency_ms (param `stage`); pairs (what was measured).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -71,6 +70,7 @@ from bench.pair_data import (  # noqa: E402
     held_out_pairs,
     load_pairs,
 )
+from bench.report import emitter  # noqa: E402
 from cache.cross import DEFAULT_WEIGHTS as PAIR_MODEL_WEIGHTS  # noqa: E402
 from cache.cross import PairModel  # noqa: E402
 from cache.decision import Candidate, Decision, DecisionSettings, decide  # noqa: E402
@@ -87,9 +87,7 @@ VERIFIER_THRESHOLDS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.99)
 TARGET_PRECISIONS = (0.95, 0.99)
 
 
-def emit(metric: str, value: float, unit: str, **params: Any) -> None:
-    line = {"bench": "cache_quality", "metric": metric, "value": value, "unit": unit}
-    print(json.dumps({**line, **params}), flush=True)
+emit = emitter("cache_quality")
 
 
 @dataclass(frozen=True)

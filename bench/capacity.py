@@ -190,6 +190,7 @@ from bench.capacity_loadgen import (  # noqa: E402
 from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
 from bench.measure import cpu_seconds, percentile, ratio_interval  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 from tests.support.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
 
@@ -327,21 +328,14 @@ def changes() -> dict[str, Change]:
     }
 
 
-def emit(metric: str, value: float | int | None, unit: str, **parameters: Any) -> None:
-    if isinstance(value, float):
-        value = None if math.isnan(value) else round(value, 4)
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
-    line["engine"] = engine_label()
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+_emit = emitter(BENCH, digits=4)
 
 
-STARTED = time.monotonic()
+def emit(metric: str, value: float | int | None, unit: str, **fields: Any) -> None:
+    _emit(metric, value, unit, **(fields | {"engine": engine_label()}))
 
 
-def progress(message: str) -> None:
-    elapsed = time.monotonic() - STARTED
-    print(f"[{BENCH} {elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+progress = progress_of(BENCH)
 
 
 # --- the mix ------------------------------------------------------------------------------

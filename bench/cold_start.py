@@ -119,6 +119,7 @@ from bench import cold_start_files as files  # noqa: E402
 from bench import cold_start_held as held  # noqa: E402
 from bench import cold_start_s3 as s3  # noqa: E402
 from bench import cold_start_vllm  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 from tests.support.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
 from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
 from warmpool.layout import safe_name  # noqa: E402
@@ -197,19 +198,15 @@ class Result:
     later: list[Answer] = field(default_factory=list)  # warm_pool: through it, after the first
 
 
-def emit(metric: str, value: float, unit: str, **params: Any) -> None:
+_emit = emitter(BENCH)
+
+
+def emit(metric: str, value: float | int | None, unit: str, **fields: Any) -> None:
     # "fake": the bundled worker and the fake engine (asleep), not the real vLLM.
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, "engine": "fake"}
-    line |= params
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+    _emit(metric, value, unit, **({"engine": "fake"} | fields))
 
 
-_STARTED = time.monotonic()
-
-
-def progress(message: str) -> None:
-    print(f"[{BENCH} {time.monotonic() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+progress = progress_of(BENCH)
 
 
 # -- the model and its bucket --------------------------------------------------------------

@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.report import emitter
 from tests.support.processes import OPERATOR, Gateway, start_gateway
 from warmpool.start_estimate import ready_seconds
 
@@ -80,11 +81,11 @@ class Refusal:
     sent_at: float  # monotonic
 
 
-def emit(metric: str, value: float, unit: str, **params: Any) -> None:
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, "engine": "fake"}
-    line |= params
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+_emit = emitter(BENCH)
+
+
+def emit(metric: str, value: float | int | None, unit: str, **fields: Any) -> None:
+    _emit(metric, value, unit, **({"engine": "fake"} | fields))
 
 
 def target(name: str, met: bool, observed: float, common: dict[str, Any]) -> None:

@@ -52,7 +52,6 @@ these pairs; nothing is tuned here.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections.abc import Iterator
@@ -73,6 +72,7 @@ from bench.pair_data import (  # noqa: E402
     held_out_pairs,
     load_pairs,
 )
+from bench.report import emitter  # noqa: E402
 from cache.cross import PairModel  # noqa: E402
 from cache.decision import DecisionSettings, decide  # noqa: E402
 from cache.embedder import SentenceEncoder, embed_many, load_embedder  # noqa: E402
@@ -94,9 +94,7 @@ NAMESPACE = -1  # the evidence key of scope=namespace
 VERIFIER_MODEL = BoundModel(floor=0.0, centre=0.5)
 
 
-def emit(metric: str, value: float, unit: str, **params: Any) -> None:
-    line = {"bench": "error_bound", "metric": metric, "value": value, "unit": unit}
-    print(json.dumps({**line, **params}), flush=True)
+emit = emitter("error_bound")
 
 
 @dataclass(frozen=True)

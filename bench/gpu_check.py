@@ -23,7 +23,6 @@ comparisons are then trivially equal.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import torch  # noqa: E402
 from backends.worker.synthetic_model import write_synthetic_model  # noqa: E402
 from backends.worker.weights import load_files, weight_files  # noqa: E402
 from bench.cache_latency_data import real_prompts  # noqa: E402
+from bench.report import emitter  # noqa: E402
 from cache.embedder import Encoder, load_embedder  # noqa: E402
 from cache.verifier import PairVerifier  # noqa: E402
 
@@ -117,9 +117,7 @@ def _pass_ms(encoder: Encoder, texts: list[str]) -> float:
     return statistics.median(times)
 
 
-def emit(metric: str, value: float, unit: str, **params: object) -> None:
-    line = {"bench": "gpu_check", "metric": metric, "value": round(value, 6), "unit": unit}
-    print(json.dumps({**line, **params}), flush=True)
+emit = emitter("gpu_check", digits=6)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,7 +117,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import os
 import signal
 import sys
@@ -148,6 +147,7 @@ from bench.overload_loadgen import (  # noqa: E402
     Record,
     StreamSpec,
 )
+from bench.report import emitter, progress_of  # noqa: E402
 from tests.support.processes import Gateway, ServerProcess, free_port, start_gateway  # noqa: E402
 
 BENCH = "overload"
@@ -221,16 +221,10 @@ def max_min_shares(demands: dict[str, float], total: float) -> dict[str, float]:
     return shares
 
 
-def emit(metric: str, value: float | int | None, unit: str, **parameters: Any) -> None:
-    if isinstance(value, float):
-        value = None if math.isnan(value) else round(value, 4)
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+emit = emitter(BENCH, digits=4)
 
 
-def progress(message: str) -> None:
-    print(f"[{BENCH}] {message}", file=sys.stderr, flush=True)
+progress = progress_of(BENCH)
 
 
 # --- processes ---------------------------------------------------------------------------

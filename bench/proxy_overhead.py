@@ -81,6 +81,7 @@ import orjson  # noqa: E402
 
 from bench.loadgen import LoadGenerator, RoundResult, RoundSpec  # noqa: E402
 from bench.measure import cpu_seconds, percentile  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 from tests.support.processes import (  # noqa: E402
     OPERATOR,
     Gateway,
@@ -144,14 +145,10 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def emit(metric: str, value: float, unit: str, **parameters: Any) -> None:
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+emit = emitter(BENCH)
 
 
-def progress(message: str) -> None:
-    print(f"[{BENCH}] {message}", file=sys.stderr, flush=True)
+progress = progress_of(BENCH)
 
 
 def chat_body(stream: bool) -> str:

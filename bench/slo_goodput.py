@@ -165,6 +165,7 @@ from bench.capacity_loadgen import (  # noqa: E402
 )
 from bench.measure import percentile  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 from gateway.settings_types import Controller  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 from tests.support.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
@@ -246,29 +247,24 @@ class Run:
     kv_blocks: int | None = None  # vLLM's KV cache in blocks (`--kv-blocks`); None: its own
 
 
-def emit(run: Run, metric: str, value: float | int | None, unit: str, **parameters: Any) -> None:
-    if isinstance(value, float):
-        value = None if math.isnan(value) else round(value, 4)
-    line = {
-        "bench": BENCH,
-        "metric": metric,
-        "value": value,
-        "unit": unit,
+_emit = emitter(BENCH, digits=4)
+
+
+def emit(run: Run, metric: str, value: float | int | None, unit: str, **fields: Any) -> None:
+    """A figure, with what every line says about the run."""
+    kv = {"kv_blocks": run.kv_blocks} if run.kv_blocks is not None else {}
+    about = {
         "seed": run.seed,
         "engine": run.engine,
         "replicas": run.replicas,
         "pinned": run.pinned,
         "deadlines": run.deadlines,
-        **({"kv_blocks": run.kv_blocks} if run.kv_blocks is not None else {}),
-        **parameters,
+        **kv,
     }
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+    _emit(metric, value, unit, **(about | fields))
 
 
-def progress(message: str) -> None:
-    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
-    sys.stderr.flush()
+progress = progress_of(BENCH)
 
 
 def ratio(numerator: float, denominator: float) -> float:

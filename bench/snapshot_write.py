@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
 import subprocess
@@ -50,15 +49,14 @@ if __package__ in (None, ""):
 
 from bench import cache_latency_data as data
 from bench.measure import percentile
+from bench.report import emitter
 from cache.codec import StoredEntry, read_snapshot, write_snapshot
 
 DIM = 384
 TICK_S = 0.001
 
 
-def emit(metric: str, value: float, unit: str, **parameters: Any) -> None:
-    line = {"bench": "snapshot_write", "metric": metric, "value": value, "unit": unit}
-    print(json.dumps({**line, **parameters}), flush=True)
+emit = emitter("snapshot_write")
 
 
 def _peak_rss_mb() -> float:

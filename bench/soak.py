@@ -37,13 +37,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import emitter  # noqa: E402
 from tests.support.chaos import (  # noqa: E402
     Burst,
     Shot,
@@ -133,10 +131,7 @@ def slope_per_min(xs: list[float], ys: list[float]) -> float:
     )
 
 
-def emit(metric: str, value: float, unit: str, **params: Any) -> None:
-    line = {"bench": BENCH, "metric": metric, "value": round(value, 3), "unit": unit, **params}
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
+emit = emitter(BENCH, digits=3)
 
 
 def report(

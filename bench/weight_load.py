@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -54,6 +53,7 @@ from backends.worker.weights import (  # noqa: E402
     load_files,
     weight_files,
 )
+from bench.report import emitter  # noqa: E402
 
 PAGE = 4096
 RAW_BLOCK = 16 * 1024 * 1024
@@ -197,9 +197,7 @@ def _report(samples: dict[tuple[str, str, str], list[float]], params: dict[str, 
         emit("load_ratio", ratio, "ratio", cache=cache, loader=loader, method=method, **params)
 
 
-def emit(metric: str, value: float, unit: str, **params: object) -> None:
-    line = {"bench": "weight_load", "metric": metric, "value": round(value, 3), "unit": unit}
-    print(json.dumps({**line, **params}), flush=True)
+emit = emitter("weight_load", digits=3)
 
 
 def log(message: str) -> None:

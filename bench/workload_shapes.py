@@ -190,6 +190,7 @@ from bench.capacity_loadgen import (  # noqa: E402
 )
 from bench.fake_engine import EngineParams  # noqa: E402
 from bench.measure import percentile  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 from gateway.settings import TrafficSettings  # noqa: E402
 from gateway.traffic.retry import RetryBudget  # noqa: E402
 from tests.support.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
@@ -285,20 +286,11 @@ FULL = Plan(
     drain_s=2.0,
 )
 
-STARTED = time.monotonic()
+
+emit = emitter(BENCH, digits=4)
 
 
-def emit(metric: str, value: float | int | None, unit: str, **parameters: Any) -> None:
-    if isinstance(value, float):
-        value = None if math.isnan(value) else round(value, 4)
-    line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **parameters}
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
-    sys.stdout.flush()
-
-
-def progress(message: str) -> None:
-    elapsed = time.monotonic() - STARTED
-    print(f"[{BENCH} {elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+progress = progress_of(BENCH)
 
 
 def ratio(numerator: float, denominator: float) -> float:
