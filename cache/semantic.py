@@ -29,6 +29,7 @@ import random
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -71,6 +72,15 @@ class Found:
     similarity: float
 
 
+class LookupFailure(StrEnum):
+    """Why a lookup failed open: the request goes to the model as if it had missed."""
+
+    BUDGET = "budget"  # the lookup's time budget ran out
+    EMBEDDER_BUSY = "embedder_busy"  # the embedder would not reach it within the budget
+    STORE = "store"  # the cache's store was out of reach
+    ERROR = "error"  # anything else that went wrong
+
+
 @dataclass(frozen=True)
 class Lookup:
     """What one lookup found, or why not."""
@@ -78,7 +88,7 @@ class Lookup:
     found: Found | None = None
     similarity: float | None = None  # the hit's, or the best the semantic tier saw
     embedded: Embedded | None = None  # the prompt's embedding, reused when storing
-    failed: str | None = None  # "budget", "embedder_busy", "store", "error": failed open
+    failed: LookupFailure | None = None  # why it failed open
     # why a completed lookup missed: "no_entry" (exact tiers only), "no_candidate" (nothing
     # similar enough), "refused:<rule>" (the decision refused the best candidate),
     # "explore" (under an error bound: the model answers, and is compared with `explored`)
@@ -223,7 +233,7 @@ class SemanticCache:
             self._on_stage("shared", now - started)
             return looking.result
         if now >= started + timer_s:
-            return Lookup(failed="budget")
+            return Lookup(failed=LookupFailure.BUDGET)
         return await self._shared(key, now, started + timer_s - now)
 
     async def _within(
@@ -235,14 +245,14 @@ class SemanticCache:
             with anyio.fail_after(timer_s):
                 return await self._find(key, started + timer_s, delta)
         except TimeoutError:
-            return Lookup(failed="budget")
+            return Lookup(failed=LookupFailure.BUDGET)
         except EmbedderBusy:
-            return Lookup(failed="embedder_busy")
+            return Lookup(failed=LookupFailure.EMBEDDER_BUSY)
         except CacheUnavailable:
-            return Lookup(failed="store")
+            return Lookup(failed=LookupFailure.STORE)
         except Exception:
             _log.exception("cache lookup failed; answering from the model")
-            return Lookup(failed="error")
+            return Lookup(failed=LookupFailure.ERROR)
 
     def store_later(self, answer: Answer) -> None:
         if not _storable(answer.body):

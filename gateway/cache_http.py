@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from cache.entry import CacheEntry, is_entry_id
 from cache.policy import CacheKey, Mode, PolicySettings, cache_key, mode_for
-from cache.semantic import Answer, AnswerCache, Found, Lookup
+from cache.semantic import Answer, AnswerCache, Found, Lookup, LookupFailure
 from cache.sse import StreamRecorder, replay
 from cache.store import CacheUnavailable
 from gateway.errors import BadRequest, CacheEntryNotFound, StateUnavailable
@@ -138,7 +138,7 @@ class HttpCache:
 
     def store(self, probe: Probe, body: bytes) -> None:
         """Stores a complete answer in the background (only complete, successful ones)."""
-        if probe.lookup.failed in ("budget", "embedder_busy"):
+        if probe.lookup.failed in (LookupFailure.BUDGET, LookupFailure.EMBEDDER_BUSY):
             return  # the cache is overloaded: a store would add the embedding it declined
         answer = Answer(probe.key, probe.tenant, probe.model, body, probe.lookup.embedded)
         explored = probe.lookup.explored

@@ -47,7 +47,7 @@ from starlette.responses import Response
 from cache.sse import DONE, StreamRecorder, event_data, split_events
 from gateway.cache_http import Probe, hit_usage, saved_split
 from gateway.errors import DeadlineExceeded, UpstreamError
-from gateway.relay import Ending, Finish, RelayedStream, error_event
+from gateway.relay import CLIENT_GONE, Ending, Finish, RelayedStream, error_event
 
 _log = logging.getLogger("gateway.coalesce")
 _HEAD_KEYS = ("id", "created", "model", "system_fingerprint")
@@ -173,7 +173,7 @@ class Flight:
 
         async def close() -> None:
             self._leave()
-            await end(ended[0] if ended else Ending(499, "client_disconnected"))
+            await end(ended[0] if ended else CLIENT_GONE)
 
         headers = {"x-request-id": request_id, "x-cache": "coalesced", "cache-control": "no-cache"}
         return RelayedStream(self._follower_events(probe, ended), close, headers)

@@ -34,7 +34,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.disconnect import unless_disconnected
 from gateway.errors import ClientGone, UpstreamError
 from gateway.lifecycle import Exchange
-from gateway.relay import Ending, RelayedStream, error_event
+from gateway.relay import CLIENT_GONE, Ending, RelayedStream, error_event
 
 Answer = Callable[[], Awaitable[Response]]  # acquire, forward, relay: the real answer
 _STREAM_HEADERS = {
@@ -63,10 +63,10 @@ class HeldStream(Response):
         try:
             outcome = await unless_disconnected(Request(scope, receive), self._hold(send))
         except ClientGone:
-            await self._exchange.end(Ending(499, "client_disconnected"))
+            await self._exchange.end(CLIENT_GONE)
             return
         except BaseException:  # cancelled (shutdown), or the connection failed under it
-            await self._exchange.end(Ending(499, "client_disconnected"))
+            await self._exchange.end(CLIENT_GONE)
             raise
         if isinstance(outcome, Exception):
             await self._failed(outcome, scope, receive, send)

@@ -36,7 +36,7 @@ from gateway.coalesce import Flight
 from gateway.errors import GatewayError, as_error, request_id
 from gateway.events import EventLog, RequestEvent, refusal_reason
 from gateway.metrics import Metrics
-from gateway.relay import Ending, Finish
+from gateway.relay import CLIENT_GONE, Ending, Finish
 from gateway.settings import Price
 from gateway.tenancy.quotas import Admission, QuotaEnforcer
 from gateway.tracing import RequestTrace, Tracing
@@ -100,7 +100,7 @@ class Exchange:
             if error is not exc:
                 raise error from exc
         else:  # cancelled: the client left
-            await self.end(Ending(499, "client_disconnected"))
+            await self.end(CLIENT_GONE)
 
     async def fail(self, exc: Exception) -> GatewayError:
         """Ends the exchange with the error the client gets for `exc` (also for work that

@@ -47,6 +47,9 @@ class Ending:
     usage: TokenUsage | None = None  # what the answer says it used, when read already
 
 
+# The client went away before its answer ended: recorded as ClientGone's 499, never sent.
+CLIENT_GONE = Ending(ClientGone.status, ClientGone.code)
+
 Finish = Callable[[Ending], Awaitable[None]]
 Tap = Callable[[bytes], None]  # sees every relayed piece of a stream, in order
 
@@ -106,7 +109,7 @@ def stream(
         if shared is not None:
             await shared.done()
         upstream.close()
-        await finish(ended[0] if ended else Ending(499, "client_disconnected"))
+        await finish(ended[0] if ended else CLIENT_GONE)
 
     events = _events(backend, upstream, metrics, tap, ended, strip_usage)
     if shared is not None:
