@@ -374,6 +374,7 @@ class GradientLimiter:
         for latency in self._kinds.values():
             latency.baseline = None
             latency.clear()
+        self._series = []  # a halving compares medians: all of them in steps
         if self._measuring is not None:
             self._measuring.restart()
         else:
