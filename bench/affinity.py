@@ -62,9 +62,9 @@ import orjson
 
 from bench.capacity import MODEL
 from bench.measure import percentile
+from bench.processes import Gateway, start_gateway
 from bench.report import emitter, progress_of
 from bench.slo_goodput import Engine
-from tests.support.processes import Gateway, start_gateway
 
 BENCH = "affinity"
 KEY = "sk-bench-affinity-0123456789abcdef"

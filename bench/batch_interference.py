@@ -112,9 +112,9 @@ from bench.capacity_loadgen import (  # noqa: E402
     StreamSpec,
 )
 from bench.measure import percentile, ratio_interval  # noqa: E402
+from bench.processes import OPERATOR, Gateway, start_gateway  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
-from tests.support.processes import OPERATOR, Gateway, start_gateway  # noqa: E402
 
 BENCH = "batch_interference"
 TARGET_RATIO = 1.5

@@ -129,15 +129,15 @@ from bench.cache_latency_loadgen import (  # noqa: E402
     CacheRoundSpec,
 )
 from bench.measure import cpu_seconds, percentile  # noqa: E402
-from bench.report import emitter, progress_of  # noqa: E402
-from cache.codec import StoredEntry  # noqa: E402
-from tests.support.processes import (  # noqa: E402
+from bench.processes import (  # noqa: E402
     OPERATOR,
     Gateway,
     ServerProcess,
     start_fake_upstream,
 )
-from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
+from bench.processes import start_gateway as start_gateway_process  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
+from cache.codec import StoredEntry  # noqa: E402
 
 BENCH = "cache_latency"
 KEY = "bench-" + "c" * 40

@@ -190,9 +190,9 @@ from bench.capacity_loadgen import (  # noqa: E402
 from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
 from bench.measure import cpu_seconds, percentile, ratio_interval  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
+from bench.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
-from tests.support.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
 
 BENCH = "capacity"
 MODEL = "bench-llm"

@@ -42,7 +42,7 @@ from typing import Any
 import orjson
 import uvicorn
 
-from tests.support.asgi import read_body, run_lifespan, send_json
+from bench.asgi import read_body, run_lifespan, send_json
 
 Scope = dict[str, Any]
 MODEL = "capacity"

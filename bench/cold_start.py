@@ -119,9 +119,9 @@ from bench import cold_start_files as files  # noqa: E402
 from bench import cold_start_held as held  # noqa: E402
 from bench import cold_start_s3 as s3  # noqa: E402
 from bench import cold_start_vllm  # noqa: E402
+from bench.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
+from bench.processes import start_gateway as start_gateway_process  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
-from tests.support.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
-from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
 from warmpool.layout import safe_name  # noqa: E402
 
 BENCH = "cold_start"

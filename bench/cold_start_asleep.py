@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.support.processes import OPERATOR, Gateway, start_gateway
+from bench.processes import OPERATOR, Gateway, start_gateway
 
 WAKE_S = 0.26
 MODEL = "asleep-llm"

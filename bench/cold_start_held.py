@@ -43,8 +43,8 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.processes import OPERATOR, Gateway, start_gateway
 from bench.report import emitter
-from tests.support.processes import OPERATOR, Gateway, start_gateway
 from warmpool.start_estimate import ready_seconds
 
 BENCH = "cold_start"

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from tests.support.processes import ServerProcess, free_port
+from bench.processes import ServerProcess, free_port
 
 REGION = "us-east-1"
 ACCESS_KEY = "testing"

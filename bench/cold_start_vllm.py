@@ -38,7 +38,7 @@ import httpx
 from backends.local_vllm import ENGINE_NAME, command_line, engine_python, environment
 from backends.vllm_startup import phases
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
-from tests.support.processes import OPERATOR, ServerProcess, free_port, start_gateway
+from bench.processes import OPERATOR, ServerProcess, free_port, start_gateway
 
 MODEL = "tiny-vllm"
 KEY = "sk-bench-coldstart-" + "0" * 32

@@ -89,8 +89,8 @@ from typing import Any, Literal
 import orjson
 import uvicorn
 
+from bench.asgi import read_body, send_json
 from bench.fake_sleep import FakeSleep
-from tests.support.asgi import read_body, send_json
 
 Scope = dict[str, Any]
 Policy = Literal["fcfs", "priority"]

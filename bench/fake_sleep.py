@@ -24,7 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from tests.support.asgi import send_json
+from bench.asgi import send_json
 
 if TYPE_CHECKING:
     from bench.fake_engine import Engine

@@ -147,8 +147,8 @@ from bench.overload_loadgen import (  # noqa: E402
     Record,
     StreamSpec,
 )
+from bench.processes import Gateway, ServerProcess, free_port, start_gateway  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
-from tests.support.processes import Gateway, ServerProcess, free_port, start_gateway  # noqa: E402
 
 BENCH = "overload"
 CONCURRENCY = 4

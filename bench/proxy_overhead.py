@@ -81,15 +81,15 @@ import orjson  # noqa: E402
 
 from bench.loadgen import LoadGenerator, RoundResult, RoundSpec  # noqa: E402
 from bench.measure import cpu_seconds, percentile  # noqa: E402
-from bench.report import emitter, progress_of  # noqa: E402
-from tests.support.processes import (  # noqa: E402
+from bench.processes import (  # noqa: E402
     OPERATOR,
     Gateway,
     ServerProcess,
     free_port,
     start_fake_upstream,
 )
-from tests.support.processes import start_gateway as start_gateway_process  # noqa: E402
+from bench.processes import start_gateway as start_gateway_process  # noqa: E402
+from bench.report import emitter, progress_of  # noqa: E402
 
 BENCH = "proxy_overhead"
 KEY = "bench-" + "k" * 40

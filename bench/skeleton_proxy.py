@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import uvicorn
 
+from bench.asgi import read_body, send_json
 from gateway.server import uvicorn_config
-from tests.support.asgi import read_body, send_json
 
 UPSTREAM_HEADERS = {"Content-Type": "application/json"}
 

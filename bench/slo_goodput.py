@@ -165,10 +165,10 @@ from bench.capacity_loadgen import (  # noqa: E402
 )
 from bench.measure import percentile  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
+from bench.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 from gateway.settings_types import Controller  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
-from tests.support.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
 
 BENCH = "slo_goodput"
 CHAT_PATH = "/v1/chat/completions"

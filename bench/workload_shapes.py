@@ -190,10 +190,10 @@ from bench.capacity_loadgen import (  # noqa: E402
 )
 from bench.fake_engine import EngineParams  # noqa: E402
 from bench.measure import percentile  # noqa: E402
+from bench.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 from gateway.settings import TrafficSettings  # noqa: E402
 from gateway.traffic.retry import RetryBudget  # noqa: E402
-from tests.support.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
 
 BENCH = "workload_shapes"
 CHAT_PATH = "/v1/chat/completions"

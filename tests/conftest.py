@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.processes import (
+from bench.processes import (
     Gateway,
     RedisServer,
     ServerProcess,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from bench.processes import ROOT
 from common.redis_client import redacted_url
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import ROOT
 
 VENV_BIN = Path(sys.executable).parent
 GATEWAY = VENV_BIN / "gateway"

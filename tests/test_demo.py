@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from backends.worker.tiny_model import write_tiny_chat_model
-from tests.support.processes import OPERATOR, OPERATOR_KEY, ROOT, ServerProcess, free_port
+from bench.processes import OPERATOR, OPERATOR_KEY, ROOT, ServerProcess, free_port
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.support.processes import ROOT
+from bench.processes import ROOT
 
 README_MAX_LINES = 650
 # [text](target): a target with no scheme; images and reference-style links are not used.

@@ -14,13 +14,13 @@ import pytest
 import redis
 import schemathesis
 
+from bench.processes import Gateway
 from gateway.errors import Unauthenticated
 from gateway.settings import AdminSettings
 from gateway.tenancy.auth import AdminAuthenticator, AdminDisabled, Authenticator
 from gateway.tenancy.keys import admin_key_hashes
 from gateway.tenancy.state import FileStateStore
 from tests.conftest import GatewayFactory, hash_of, uncached_config
-from tests.support.processes import Gateway
 
 ADMIN_KEY = "sk-test-admin-7f3a9c1e5b0d2f4a6c8e"  # 32 characters at least (weak: refused)
 TEAM_KEY = "sk-test-team-2b8d4f6a0c"

@@ -14,13 +14,13 @@ import httpx
 import numpy as np
 import pytest
 
+from bench.processes import Gateway
 from cache.entry import CacheEntry
 from cache.semantic import flush_tenants
 from cache.store import CacheStore, LocalCacheStore
 from cache.store_redis import RedisCacheStore
 from common.redis_client import RedisFactory
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import Gateway
 
 DIM = 16
 ADMIN_KEY = "sk-test-admin-flush-4d2e8a"

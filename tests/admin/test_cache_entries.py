@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.processes import OPERATOR, Gateway
 from tests.admin.test_admin_cache import ADMIN_KEY, KEYS, cache_state, config, stored
 from tests.conftest import GatewayFactory
-from tests.support.processes import OPERATOR, Gateway
 
 
 def ask(gateway: Gateway, tenant: str, prompt: str) -> httpx.Response:

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from backends.errors import UpstreamConnectError, UpstreamTimeoutError
+from bench.processes import free_port
 from tests.support.aiohttp_server import opened, served
-from tests.support.processes import free_port
 
 BIG = b"x" * 200_000 + b"\n"  # larger than one socket read: the body must come whole
 

@@ -11,8 +11,8 @@ import pytest
 from backends.providers.errors import ReplicaNotFound
 from backends.providers.replicas import Replica
 from backends.providers.static import StaticProvider
+from bench.processes import ServerProcess, free_port
 from tests.backends.support import phases, record, running, wait_until
-from tests.support.processes import ServerProcess, free_port
 
 MINI_SERVER = Path(__file__).with_name("mini_server.py")
 

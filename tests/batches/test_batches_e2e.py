@@ -16,8 +16,8 @@ import orjson
 import pytest
 from openai.types import Batch
 
+from bench.processes import OPERATOR, Gateway, start_gateway
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 ALPHA_KEY = "sk-test-batch-alpha-0123456789"
 BETA_KEY = "sk-test-batch-beta-0123456789"

@@ -11,6 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from bench.processes import Gateway
 from tests.batches.test_batches_e2e import (
     ALPHA_KEY,
     batch_config,
@@ -21,7 +22,6 @@ from tests.batches.test_batches_e2e import (
     wait_for,
 )
 from tests.conftest import GatewayFactory
-from tests.support.processes import Gateway
 
 LINES = 12
 

@@ -14,14 +14,14 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import (
+from bench.processes import (
     OPERATOR,
     Gateway,
     RedisServer,
     start_fake_upstream,
     start_gateway,
 )
+from tests.conftest import GatewayFactory, fake_backend, hash_of
 
 KEY_A, KEY_B = "sk-test-cache-a-0123456789", "sk-test-cache-b-0123456789"
 

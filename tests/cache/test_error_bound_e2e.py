@@ -15,11 +15,11 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import OPERATOR, Gateway, start_fake_upstream
 from cache.bounded import SIGNAL_MODEL
 from cache.error_bound import Evidence, serve_probability
 from tests.cache.test_cache_e2e import KEY_A, KEY_B, ask, cache_config, content, stored
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import OPERATOR, Gateway, start_fake_upstream
 
 ADMIN_KEY = "sk-test-admin-bound-0123456789"
 ORIGINAL = "How do I reset my password?"

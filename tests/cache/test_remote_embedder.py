@@ -18,10 +18,10 @@ import orjson
 import pytest
 import yaml
 
+from bench.processes import ServerProcess, free_port, start_gateway
 from cache.calibration import Calibration, read_pairs
 from cache.remote_embedder import RemoteEmbedderError, RemoteEncoder, embedder_identity
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import ServerProcess, free_port, start_gateway
 
 PAIRS = Path(__file__).parent / "fixtures" / "calibration-pairs.jsonl"
 KEY = "sk-test-remote-embedder-0123456789"

@@ -14,9 +14,9 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import Gateway, start_gateway
 from tests.conftest import hash_of, rich_backend
 from tests.support import rich_upstream as rich
-from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-replay-0123456789abcdef"
 WEATHER = {

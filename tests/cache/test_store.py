@@ -18,12 +18,12 @@ import pytest
 import redis as sync_redis
 import redis.asyncio as aioredis
 
+from bench.processes import free_port
 from cache.codec import CorruptSnapshot, StoredEntry, read_snapshot, write_snapshot
 from cache.entry import CacheEntry
 from cache.store import CacheStore, CacheUnavailable, LocalCacheStore
 from cache.store_redis import RedisCacheStore
 from common.redis_client import RedisFactory
-from tests.support.processes import free_port
 
 DIM = 32
 T = TypeVar("T")

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from backends.local_vllm import ENGINE_NAME
+from bench.processes import Gateway, start_gateway
 from tests.conftest import hash_of
 from tests.engine.shared import MAX_NUM_SEQS, MODEL, Engine, EngineMissing, engine_for_this_run
-from tests.support.processes import Gateway, start_gateway
 
 START_TIMEOUT_S = 360.0
 INTERACTIVE_KEY = "sk-test-engine-interactive-0123456789"

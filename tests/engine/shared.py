@@ -24,7 +24,7 @@ import httpx
 
 from backends.local_vllm import command_line, default_model, engine_python, environment
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
-from tests.support.processes import ServerProcess, free_port
+from bench.processes import ServerProcess, free_port
 
 SHARED_DIR = "GATEWAY_TEST_ENGINE_DIR"
 # Engines started by this process: kept for its lifetime, so that a handle collected while

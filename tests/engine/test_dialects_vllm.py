@@ -25,9 +25,9 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import Gateway
 from tests.engine.conftest import INTERACTIVE_KEY
 from tests.engine.shared import MODEL, Engine
-from tests.support.processes import Gateway
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 

@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import Gateway
 from gateway.traffic.engine_metrics import parse
 from tests.engine.conftest import (
     BATCH_KEY,
@@ -24,7 +25,6 @@ from tests.engine.conftest import (
     OTHER_KEY,
     Engine,
 )
-from tests.support.processes import Gateway
 
 # The engine's start (60-90 s) counts against the timeout of the first test that asks for it.
 pytestmark = pytest.mark.timeout(600)

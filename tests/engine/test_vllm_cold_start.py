@@ -16,9 +16,9 @@ import pytest
 from backends.local_vllm import command_line, default_model, engine_python, environment
 from backends.vllm_startup import phases
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
+from bench.processes import Gateway
 from tests.conftest import GatewayFactory, hash_of
 from tests.engine.conftest import INTERACTIVE_KEY, MODEL, OPERATOR_KEY
-from tests.support.processes import Gateway
 
 pytestmark = pytest.mark.timeout(600)
 HEADERS = {"authorization": f"Bearer {INTERACTIVE_KEY}"}

@@ -13,8 +13,8 @@ import httpx
 import orjson
 import pytest
 
+from bench.processes import Gateway, start_gateway
 from tests.conftest import fake_backend, hash_of, rich_backend
-from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-claude-0123456789abcdef"
 WEATHER = {

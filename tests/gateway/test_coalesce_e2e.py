@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import OPERATOR, Gateway, start_fake_upstream, start_gateway
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import OPERATOR, Gateway, start_fake_upstream, start_gateway
 
 KEY_A, KEY_B = "sk-test-coalesce-a-0123456789", "sk-test-coalesce-b-0123456789"
 MANY = 50

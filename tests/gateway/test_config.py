@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.processes import ROOT
 from gateway.compose.pools import _capacity
 from gateway.config_file import parse_settings
 from gateway.settings import ConfigError
-from tests.support.processes import ROOT
 
 GOOD = """\
 backends:

@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import OPERATOR, Gateway, start_fake_upstream
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import OPERATOR, Gateway, start_fake_upstream
 
 KEY, ROUTED = "sk-test-degrade-a-0123456789", "sk-test-degrade-r-0123456789"
 

@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import Gateway, start_gateway
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-dialects-0123456789abcdef"
 TIGHT_KEY = "sk-test-dialects-tight-0123456789"

@@ -14,11 +14,11 @@ import orjson
 import pytest
 import uvicorn
 
+from bench.processes import OPERATOR, OPERATOR_KEY, free_port, start_fake_upstream
 from gateway.app import create_app
 from gateway.config_file import parse_settings
 from gateway.tenancy.operators import OPERATOR_KEY_ENV
 from tests.conftest import fake_backend
-from tests.support.processes import OPERATOR, OPERATOR_KEY, free_port, start_fake_upstream
 
 KEY = "sk-test-plain-uvicorn-0123456789"
 

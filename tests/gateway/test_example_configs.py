@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.processes import ROOT
 from gateway.config_file import load_settings, parse_settings
 from gateway.settings import Backend, ConfigError
-from tests.support.processes import ROOT
 
 EXAMPLES = sorted((ROOT / "config").glob("*.yaml"))
 ENV = {"GATEWAY_K8S_TOKEN": "test-token"}  # what the examples need set; the rest default

@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import OPERATOR, Gateway, free_port, start_fake_upstream
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import OPERATOR, Gateway, free_port, start_fake_upstream
 
 KEY, NARROW = "sk-test-fallback-a-0123456789", "sk-test-fallback-c-0123456789"
 

@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import OPERATOR, Gateway, start_gateway
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 ALPHA_KEY = "sk-test-alpha-0123456789abcdef"
 BETA_KEY = "sk-test-beta-0123456789abcdef"

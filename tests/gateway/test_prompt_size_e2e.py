@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import OPERATOR, Gateway, free_port, start_fake_upstream
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import OPERATOR, Gateway, free_port, start_fake_upstream
 
 KEY = "sk-test-prompt-size-0123456789"
 SHORT, AT_THRESHOLD, LONG = "hello", "x" * 200, "word " * 60  # ~2, 50 and 75 tokens

@@ -12,8 +12,8 @@ import openai
 import orjson
 import pytest
 
+from bench.processes import Gateway, start_gateway
 from tests.conftest import fake_backend, hash_of, rich_backend
-from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-codex-0123456789abcdef"
 OTHER_KEY = "sk-test-other-0123456789abcdef"

@@ -19,9 +19,9 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from bench.processes import Gateway, free_port, start_gateway
 from gateway.tracing import TracingConfigError, TracingOptions, open_tracing
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, free_port, start_gateway
 
 KEY = "sk-test-tracing-0123456789abcdef"
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -14,9 +14,9 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from bench.processes import Gateway, start_gateway
 from gateway.openai_schema import MAX_TOKENS, parse_request
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-validation-0123456789abcdef"
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]

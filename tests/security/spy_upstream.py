@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import uvicorn
 
-from tests.support.asgi import read_body, run_lifespan, send_json
+from bench.asgi import read_body, run_lifespan, send_json
 
 # What an upstream account's limits look like: never the tenant's.
 UPSTREAM_LIMITS = [

@@ -32,6 +32,7 @@ import orjson
 import pytest
 import yaml
 
+from bench.processes import ROOT, Gateway, free_port, start_gateway
 from cache.codec import write_snapshot
 from gateway.config_file import load_settings
 from gateway.errors import Unauthenticated
@@ -40,7 +41,6 @@ from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.keys import GUESSED_DIGESTS, create_key
 from gateway.tenancy.state import FileStateStore
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import ROOT, Gateway, free_port, start_gateway
 
 KEY = "sk-test-abuse-tenant-0123456789abcdef"
 ADMIN_KEY = "sk-test-abuse-admin-0123456789abcdef"

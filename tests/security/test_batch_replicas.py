@@ -17,9 +17,9 @@ import openai
 import pytest
 import yaml
 
+from bench.processes import ROOT, free_port
 from tests.batches.test_batches_e2e import ALPHA_KEY, batch_config, chat_line, jsonl, rows, wait_for
 from tests.conftest import GatewayFactory
-from tests.support.processes import ROOT, free_port
 from tests.warmpool.conftest import s3_client_args, s3_endpoint
 
 __all__ = ["s3_endpoint"]  # the fixture (moto's S3 server), shared with the other S3 tests

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from bench.processes import Gateway, start_fake_upstream, start_gateway
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, start_fake_upstream, start_gateway
 
 # Tenants c and d share a cache group: entries may cross between them, and only them.
 TENANTS = {"a": None, "b": None, "c": "team", "d": "team"}

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.processes import Gateway
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import Gateway
 
 KEY = "sk-test-files-limits-0123456789abcdef"
 OTHER_KEY = "sk-test-files-limits-other-0123456789"

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.processes import Gateway, ServerProcess, start_fake_upstream, start_gateway
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, ServerProcess, start_fake_upstream, start_gateway
 
 KEY = "sk-test-headers-a-0123456789"
 OTHER_KEY = "sk-test-headers-b-0123456789"

@@ -13,8 +13,8 @@ import httpx
 import orjson
 import pytest
 
+from bench.processes import Gateway
 from tests.conftest import GatewayFactory, hash_of, uncached_config
-from tests.support.processes import Gateway
 
 ADMIN_KEY = "sk-test-admin-leases-5e2c8a4f1b9d7e3a6c0f"
 TENANT_KEY = "sk-test-acme-leases-0a9b8c7d6e"

@@ -21,8 +21,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from bench.processes import Gateway, start_fake_upstream, start_gateway
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, start_fake_upstream, start_gateway
 
 TENANT_KEY = "sk-test-fuzz-tenant-0123456789"
 ADMIN_KEY = "sk-test-fuzz-admin-0123456789"

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.processes import OPERATOR, ROOT, Gateway, start_gateway
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import OPERATOR, ROOT, Gateway, start_gateway
 
 GOOD_KEY = "sk-test-soak-good-tenant-0123456789abcdef"
 BAD_KEY = "sk-test-soak-hostile-tenant-0123456789abcdef"

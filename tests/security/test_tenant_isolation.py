@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.processes import OPERATOR_KEY, Gateway
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import OPERATOR_KEY, Gateway
 
 ADMIN_KEY = "sk-test-isolation-admin-0123456789abcdef"
 CHAT = {

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.processes import OPERATOR
 from gateway.server import HEADERS_TIMEOUT_S
 from tests.support.chaos import (
     Burst,
@@ -37,7 +38,6 @@ from tests.support.chaos_deployment import (
     restart_upstream,
     upstream_stats,
 )
-from tests.support.processes import OPERATOR
 
 Expect = frozenset[tuple[int, str | None]]  # the (status, error code) pairs allowed
 OK: Expect = frozenset({(200, None)})

@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 import uvicorn
 
+from bench.asgi import read_body, run_lifespan, send_json
 from cache.sse import StreamRecorder
-from tests.support.asgi import read_body, run_lifespan, send_json
 
 MODELS = ["rich", "rich-cut", "tools", "refuse"]
 REASONING = ["The user ", "wants the ", "SSE end marker."]

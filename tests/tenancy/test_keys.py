@@ -88,7 +88,7 @@ def test_memory_store_keys_persist_and_revoke_while_running(
 def test_redis_down_unknown_key_gets_503_not_401(
     gateway_factory: GatewayFactory, fake_upstream: str
 ) -> None:
-    from tests.support.processes import free_port
+    from bench.processes import free_port
 
     dead = f"redis://127.0.0.1:{free_port()}"
     config = uncached_config(fake_upstream, {"url": dead}, [{"name": "acme"}])

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
+from bench.processes import free_port
 from common.redis_client import RedisFactory
 from gateway.tenancy.quotas import (
     Admission,
@@ -29,7 +30,6 @@ from gateway.tenancy.quotas import (
 )
 from gateway.tenancy.quotas_local import LocalQuotas
 from gateway.tenancy.quotas_redis import RedisQuotas, tenant_keys
-from tests.support.processes import free_port
 
 # --- pure -------------------------------------------------------------------------------
 

@@ -12,9 +12,9 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import Gateway, start_gateway
 from gateway.settings import Settings
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import Gateway, start_gateway
 
 KEY = "sk-test-spender-0123456789abcdef"
 ADMIN_KEY = "sk-test-spend-admin-0123456789abcdef"

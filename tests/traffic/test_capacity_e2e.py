@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.processes import OPERATOR, ServerProcess, free_port
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.processes import OPERATOR, ServerProcess, free_port
 
 KEY = "sk-test-capacity-0123456789"
 BATCH_KEY = "sk-test-capacity-batch-0123"

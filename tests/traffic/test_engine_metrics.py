@@ -16,9 +16,9 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench.processes import free_port
 from gateway.traffic.engine_metrics import Engine, EngineSample, metrics_url, parse, scrape
 from tests.support.aiohttp_server import opened, served
-from tests.support.processes import free_port
 
 FIXTURES = Path(__file__).with_name("fixtures")
 M = 'model_name="m"'

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from bench.fake_engine import Engine, EngineParams, Request, steady_capacity
-from tests.support.processes import ServerProcess, free_port
+from bench.processes import ServerProcess, free_port
 
 StartEngine = Callable[..., str]
 MODEL = "fake-8b"

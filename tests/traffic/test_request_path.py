@@ -16,11 +16,11 @@ import pytest
 
 from backends.http import HttpTimeouts, HttpUpstream
 from backends.providers.replicas import Replica
+from bench.processes import OPERATOR, start_fake_upstream
 from gateway.traffic.breaker import BreakerCounts, CircuitBreaker
 from gateway.traffic.capacity import fixed_capacity
 from gateway.traffic.replica_set import ReplicaSet
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import OPERATOR, start_fake_upstream
 
 KEY = "sk-test-path-batch-0123456789"
 

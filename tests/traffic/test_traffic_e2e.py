@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.processes import OPERATOR, Gateway, RedisServer, start_fake_upstream
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.processes import OPERATOR, Gateway, RedisServer, start_fake_upstream
 
 KEYS = {name: f"sk-test-{name}-0123456789" for name in ("a", "b", "inter", "batch")}
 

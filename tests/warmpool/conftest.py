@@ -15,7 +15,7 @@ import orjson
 import pytest
 from pydantic import SecretStr
 
-from tests.support.processes import ServerProcess, free_port
+from bench.processes import ServerProcess, free_port
 from tests.warmpool.fault_proxy import FaultProxy
 from warmpool.retry import TransferRetryPolicy
 from warmpool.s3 import S3WeightSource

@@ -19,9 +19,9 @@ import openai
 import pytest
 import yaml
 
+from bench.processes import OPERATOR, Gateway, start_gateway
 from tests.conftest import hash_of
 from tests.support.fake_upstream import on_demand_backend
-from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 KEY = "sk-test-held-0123456789abcdef"
 STARTUP_S = 1.5  # the model server listens only after this

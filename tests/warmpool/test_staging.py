@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support.processes import ROOT, free_port
+from bench.processes import ROOT, free_port
 from tests.warmpool.conftest import SECRET, KiB, Model, StagerFactory, Weights, source_factory
 from tests.warmpool.fault_proxy import FaultProxy
 from warmpool.errors import (

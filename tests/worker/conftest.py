@@ -11,7 +11,7 @@ import pytest
 
 from backends.worker.synthetic_model import write_synthetic_model
 from backends.worker.tiny_model import write_tiny_chat_model
-from tests.support.processes import ServerProcess, free_port
+from bench.processes import ServerProcess, free_port
 
 EMBEDDING_MODEL = "minilm"
 CHAT_MODEL = "tiny-chat"

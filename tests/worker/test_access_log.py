@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.processes import ServerProcess, free_port
+from bench.processes import ServerProcess, free_port
 from tests.worker.conftest import CHAT_MODEL, worker_command
 from tests.worker.test_worker import MESSAGES
 

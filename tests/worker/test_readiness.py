@@ -21,7 +21,7 @@ import torch
 
 from backends.worker.startup import SPAWNED_AT_ENV
 from backends.worker.weights import weight_files
-from tests.support.processes import ROOT, free_port
+from bench.processes import ROOT, free_port
 
 PHASE_ORDER = ["starting", "importing", "reading_weights", "building", "probing", "ready"]
 DURATIONS = ["process_start_s", "imports_s", "weights_read_s", "model_built_s", "first_forward_s"]

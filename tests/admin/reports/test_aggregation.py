@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from bench.processes import free_port
 from cache.decision import DecisionSettings
 from common.redis_client import RedisFactory
 from gateway.admin.reports import QueryError, ReportQuery, build_report, parse_time
@@ -31,7 +32,6 @@ from gateway.events import (
     jsonl_path,
 )
 from gateway.settings import Settings
-from tests.support.processes import free_port
 from warmpool.timeline import ColdStartTimeline, JsonLinesSink
 
 NOW = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)

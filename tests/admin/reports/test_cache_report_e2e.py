@@ -22,12 +22,12 @@ import httpx
 import openai
 import pytest
 
+from bench.processes import OPERATOR, Gateway, start_gateway
 from common.redis_client import RedisFactory
 from gateway.admin.reports import ReportQuery, build_report
 from gateway.config_file import load_settings
 from gateway.settings import Settings
 from tests.conftest import fake_backend, hash_of
-from tests.support.processes import OPERATOR, Gateway, start_gateway
 
 KEY_A, KEY_B = "sk-test-report-a-0123456789", "sk-test-report-b-0123456789"
 SYSTEM = "Be brief."

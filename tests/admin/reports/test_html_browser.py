@@ -28,6 +28,7 @@ import openai
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route, sync_playwright
 
+from bench.processes import OPERATOR, Gateway
 from common.redis_client import RedisFactory
 from gateway.admin.reports import ReportQuery, build_report
 from gateway.admin.reports.cache_report import cache_report as report_of
@@ -37,7 +38,6 @@ from gateway.events import RequestEvent
 from gateway.settings import Price, Settings
 from tests.conftest import GatewayFactory, fake_backend, hash_of
 from tests.support.fake_upstream import on_demand_backend
-from tests.support.processes import OPERATOR, Gateway
 
 CHROMIUM = Path("/usr/bin/chromium")
 PHASES = ["staging", "process_start", "weight_load", "ready", "first_byte"]

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 # Every gateway a test starts has this operator key, which reads /metrics and /readyz's
 # details (gateway/tenancy/operators.py): send `OPERATOR` as the headers of those reads.
 OPERATOR_KEY = "op-test-operator-key-0123456789abcdef"
