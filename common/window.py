@@ -53,10 +53,6 @@ class WindowSums(Generic[K]):
         """The sum for `key` in the window as of the last `expire` (0 when none)."""
         return self._sums.get(key, 0.0)
 
-    def total(self) -> float:
-        """The sum over every key."""
-        return sum(self._sums.values())
-
     def __iter__(self) -> Iterator[K]:
         """The keys with an entry in the window."""
         return iter(self._sums)
