@@ -44,10 +44,11 @@ if TYPE_CHECKING:
     from gateway.traffic.lease import Lease
 
 # A replica that refused the connection has most likely exited. A provider notices an exit
-# within one poll of its process (backends/spawn.py), so a retry waits two: it then finds
-# the replica gone (no replica: 503 with Retry-After) instead of refused again (502). With
-# full jitter alone (0-50 ms) both retries could come first
-# (tests/warmpool/test_scale_to_zero_e2e.py, a crashed replica: a 502 now and then).
+# within one poll of its process (backends/spawn.py), so a retry that has no other replica
+# to go to waits two: it then finds the replica gone (no replica: 503 with Retry-After)
+# instead of refused again (502). With full jitter alone (0-50 ms) both retries could come
+# first (tests/warmpool/test_scale_to_zero_e2e.py, a crashed replica: a 502 now and then).
+# A retry that can go to a replica not yet tried does not wait for it.
 CONNECT_RETRY_FLOOR_S = 2 * POLL_S
 
 
@@ -144,7 +145,8 @@ async def _attempts(
             handle.breaker.record(not counts_as_failure(outcome))
         if upstream is not None and not is_retryable(outcome):
             return upstream
-        retry_after = CONNECT_RETRY_FLOOR_S if outcome == "connect_error" else None
+        nowhere_else = outcome == "connect_error" and tried >= pool.replicas.handles.keys()
+        retry_after = CONNECT_RETRY_FLOOR_S if nowhere_else else None
         if upstream is not None:
             retry_after = parse_retry_after(upstream.headers.get("retry-after"), time.time())
         decision = should_retry(
