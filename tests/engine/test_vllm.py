@@ -208,7 +208,10 @@ async def _until_engine_queues(
     """Whether vLLM itself reports requests waiting (read from its /metrics) before the
     requests sent are all answered."""
     most = (0.0, 0.0)
-    async with httpx.AsyncClient(timeout=5) as http:
+    # A new connection per poll: vLLM's server closes an idle kept-alive one, and a poll
+    # that raced that close read "Server disconnected without sending a response".
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=5, limits=fresh) as http:
         while not all(task.done() for task in sent):
             sample = parse("vllm", (await http.get(f"{engine.url}/metrics")).text)
             if (sample.waiting or 0) >= MAX_NUM_SEQS:
