@@ -30,6 +30,7 @@ OPERATOR_KEY = "sk-test-engine-operator-0123456789abcdef"  # reads /metrics
 ENGINE_KEY = pytest.StashKey[tuple[Engine, bool]]()
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` deselected: no engine for a run without its tests
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:

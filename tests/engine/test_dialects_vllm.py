@@ -29,6 +29,9 @@ from bench.processes import Gateway
 from tests.engine.conftest import INTERACTIVE_KEY
 from tests.engine.shared import MODEL, Engine
 
+# Beside the other real-engine tests: one engine, started once, for the serial phase.
+pytestmark = pytest.mark.serial
+
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 

@@ -27,7 +27,7 @@ from tests.engine.conftest import (
 )
 
 # The engine's start (60-90 s) counts against the timeout of the first test that asks for it.
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.serial]
 
 # Long enough to fill several 128-token blocks of vLLM's prefix cache: a shared prefix
 # hits only in whole blocks.

@@ -20,7 +20,7 @@ from bench.processes import Gateway
 from tests.conftest import GatewayFactory, hash_of
 from tests.engine.conftest import INTERACTIVE_KEY, MODEL, OPERATOR_KEY
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.serial]
 HEADERS = {"authorization": f"Bearer {INTERACTIVE_KEY}"}
 STARTS = 'gateway_cold_starts_total{backend="vllm-on-demand"}'
 READY = 'gateway_backend_ready_replicas{backend="vllm-on-demand"}'

@@ -240,6 +240,7 @@ async def test_stream_sends_the_first_token_at_once_then_chunks_and_usage(engine
     assert completion.usage is not None and completion.usage.prompt_tokens == 2
 
 
+@pytest.mark.serial  # absolute bounds on the engine's step times
 async def test_step_scale_doubles_the_latency(engine: str) -> None:
     async def timed() -> float:
         began = time.monotonic()

@@ -23,6 +23,10 @@ from bench.processes import OPERATOR, Gateway, start_gateway
 from tests.conftest import hash_of
 from tests.support.fake_upstream import on_demand_backend
 
+# Its tests build on one another's starts, timed in wall time (a deadline against the learned
+# start, that start times a margin): the module runs alone.
+pytestmark = pytest.mark.serial
+
 KEY = "sk-test-held-0123456789abcdef"
 STARTUP_S = 1.5  # the model server listens only after this
 KEEPALIVE_S = 0.3

@@ -163,6 +163,7 @@ def _assert_plausible_report(report: dict[str, object]) -> None:
     assert syn["weights_read_s"] <= phases["weights_read_s"]
 
 
+@pytest.mark.serial  # a 10 s bound on a worker that is loading torch
 def test_sigterm_while_loading_stops_the_worker_cleanly(starting_worker: StartingWorker) -> None:
     starting_worker.wait_for("/health", lambda r: _phase(r) == "probing")
     started = time.monotonic()
