@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -24,6 +25,19 @@ from gateway.openai_schema import OpenAIRequest
 from gateway.settings import Tenant
 
 
+class CacheOutcome(StrEnum):
+    """What the cache did for one request, as its report event and trace record it."""
+
+    EXACT = "exact"  # a hit, by tier
+    NORMALIZED = "normalized"
+    SEMANTIC = "semantic"
+    MISS = "miss"  # looked up, found nothing to serve
+    BYPASS = "bypass"  # cacheable, but the client's Cache-Control kept it out
+    COALESCED = "coalesced"  # answered by an identical request's upstream call
+    NONE = "none"  # not cacheable, or no cache
+    REPORTED = "reported"  # a client's report of a bad hit (`POST /v1/cache/feedback`)
+
+
 @dataclass
 class Probe:
     """One request's cache identity, and what its lookup found (for its report event)."""
@@ -38,9 +52,7 @@ class Probe:
     deterministic: bool = False  # temperature 0 or a seed: answers compare as text
     lookup: Lookup = field(default_factory=Lookup)
     waited_s: float = 0.0  # how long the request waited on the lookup
-    # the hit's tier, "miss", "bypass" (no-cache), or "coalesced" (answered by an identical
-    # request's upstream call, gateway/coalesce.py); what a hit saved
-    outcome: str = "miss"
+    outcome: CacheOutcome = CacheOutcome.MISS  # then what a hit saved
     saved_prompt_tokens: int = 0
     saved_completion_tokens: int = 0
 
@@ -51,7 +63,7 @@ class Probe:
     @property
     def miss_reason(self) -> str | None:
         """Why a lookup missed: its failure ("budget", "store", "error") or its reason."""
-        if self.outcome != "miss":
+        if self.outcome is not CacheOutcome.MISS:
             return None
         return self.lookup.failed or self.lookup.reason
 
@@ -92,14 +104,14 @@ class HttpCache:
             deterministic,
         )
 
-    def skipped(self, request: OpenAIRequest) -> str:
-        """Why a request got no probe, for its report event: "bypass" when only the
-        client's Cache-Control kept it out of the cache, else "none" (not cacheable)."""
+    def skipped(self, request: OpenAIRequest) -> CacheOutcome:
+        """Why a request got no probe, for its report event: BYPASS when only the client's
+        Cache-Control kept it out of the cache, else NONE (not cacheable)."""
         if not self.cache.enabled:
-            return "none"
+            return CacheOutcome.NONE
         if mode_for(request.cache_inputs(), None, self._policy) is Mode.BYPASS:
-            return "none"
-        return "bypass"
+            return CacheOutcome.NONE
+        return CacheOutcome.BYPASS
 
     def miss_headers(self, probe: Probe | None) -> dict[str, str]:
         if not self.cache.enabled:
@@ -114,7 +126,7 @@ class HttpCache:
     async def lookup(self, probe: Probe, streamed: bool, request_id: str) -> Response | None:
         """The cached answer as a response, or None (go to the model)."""
         if probe.mode is not Mode.FULL:
-            probe.outcome = "bypass"
+            probe.outcome = CacheOutcome.BYPASS
             self._metrics.cache_lookup(probe.tenant, probe.model, "bypass", "-")
             return None
         started = time.perf_counter()
@@ -129,7 +141,7 @@ class HttpCache:
             return None
         found = lookup.found
         self._metrics.cache_lookup(probe.tenant, probe.model, "hit", found.tier)
-        probe.outcome = found.tier
+        probe.outcome = CacheOutcome(found.tier)
         self.cache.record_hit_later(found.entry.entry_id)
         return self._answer(probe, found, streamed, request_id)
 
@@ -165,7 +177,7 @@ class HttpCache:
 
     def count_coalesced(self, probe: Probe) -> None:
         """The request was answered by an identical one's upstream call (a follower)."""
-        probe.outcome = "coalesced"
+        probe.outcome = CacheOutcome.COALESCED
         self._metrics.cache_coalesced(probe.tenant)
 
     @classmethod

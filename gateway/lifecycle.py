@@ -31,7 +31,7 @@ from starlette.requests import Request
 
 from gateway.accesslog import AccessLog
 from gateway.body import header_map
-from gateway.cache_http import HttpCache, Probe
+from gateway.cache_http import CacheOutcome, HttpCache, Probe
 from gateway.coalesce import Flight
 from gateway.errors import GatewayError, as_error, request_id
 from gateway.events import EventLog, RequestEvent, refusal_reason
@@ -62,7 +62,7 @@ class Exchange:
     backend: str | None = None
     estimate: int = 0  # tokens reserved
     admission: Admission = _UNLIMITED
-    cache: str = "none"  # the report's cache outcome when there is no probe
+    cache: CacheOutcome = CacheOutcome.NONE  # the report's cache outcome when there is no probe
     namespace: str | None = None  # likewise its namespace (a reported bad hit's)
     probe: Probe | None = None
     lease: Lease | None = None

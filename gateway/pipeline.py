@@ -42,7 +42,7 @@ from starlette.responses import Response
 from backends.http import UpstreamResponse
 from cache.policy import Mode
 from gateway.body import BodyReader
-from gateway.cache_http import HttpCache, Probe, reported
+from gateway.cache_http import CacheOutcome, HttpCache, Probe, reported
 from gateway.coalesce import Flight, Flights
 from gateway.degrade import Degradation, decide, rewritten
 from gateway.dialects import Dialect
@@ -183,7 +183,7 @@ class Pipeline:
         self._body.check_declared(exchange.headers)
         tenant = await self._authenticate(exchange)
         raw = await self._body.read(request)
-        exchange.cache = "reported"
+        exchange.cache = CacheOutcome.REPORTED
         _, members = self._catalog.cache_scope(tenant.name)
         entry = await self._cache.report_bad_hit(tenant.name, members, raw)
         exchange.model, exchange.namespace = entry.model, entry.namespace
