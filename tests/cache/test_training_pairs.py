@@ -1,5 +1,6 @@
 """The pair verifier's training-data generators (scripts/): one-detail negatives made from
-the licence-clean corpora, and the grammar of intents (scripts/verifier_templates.py)."""
+the licence-clean corpora, and the grammar of intents (scripts/verifier_templates.py, with
+its data in scripts/verifier_intents.yaml)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
 from synthetic_pairs import change_question, corpus_pairs, swap_two_words, swap_word  # noqa: E402
-from verifier_templates import INTENTS, template_pairs  # noqa: E402
+from verifier_templates import (  # noqa: E402
+    INTENTS,
+    TemplateDataError,
+    load_intents,
+    template_pairs,
+)
 
 from cache.normalize import normalize  # noqa: E402
 
@@ -133,3 +141,44 @@ def test_the_grammar_is_deterministic_balanced_and_covers_every_category() -> No
     }
     for p in first:
         assert normalize(p.a) != normalize(p.b), p
+
+
+_GOOD_INTENTS = """\
+slots:
+  city: {label: city, gen: pick, values: Lisbon|Oslo}
+  days: {label: number, gen: num, lo: 2, hi: 9}
+intents:
+  - name: trip
+    category: everyday
+    phrasings:
+      en: ["{days} days in {city}?", "What to do in {city} for {days} days?"]
+      fr: ["{days} jours à {city} ?", "Que faire à {city} en {days} jours ?"]
+"""
+
+
+def test_the_intents_loader_reads_a_data_file(tmp_path: Path) -> None:
+    path = tmp_path / "intents.yaml"
+    path.write_text(_GOOD_INTENTS, encoding="utf-8")
+    [trip] = load_intents(path)
+    assert (trip.name, trip.category, list(trip.slots)) == ("trip", "everyday", ["city", "days"])
+    assert trip.phrasings["fr"][0] == "{days} jours à {city} ?"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "error"),
+    [
+        ("gen: pick", "gen: pik", r"intent 'trip': slot 'city': unknown generator 'pik'"),
+        ("{city}", "{town}", r"intent 'trip': template field \{town\} has no slot"),
+        ("fr: [", "xx: [", r"intent 'trip': language 'xx' is not one of en, fr, de"),
+        ("{days} days in {city}?", "{days} days?", r"intent 'trip': en phrasing .* uses the"),
+        ("lo: 2, ", "", r"intent 'trip': slot 'days': generator 'num': missing .* 'lo'"),
+    ],
+)
+def test_the_intents_loader_rejects_a_malformed_intent_and_names_it(
+    tmp_path: Path, old: str, new: str, error: str
+) -> None:
+    assert old in _GOOD_INTENTS
+    path = tmp_path / "intents.yaml"
+    path.write_text(_GOOD_INTENTS.replace(old, new), encoding="utf-8")
+    with pytest.raises(TemplateDataError, match=error):
+        load_intents(path)
