@@ -143,7 +143,7 @@ async def _measure(
     from cache.batching import BatchingEmbedder
     from cache.decision import DecisionSettings
     from cache.semantic import SemanticCache
-    from cache.store import LocalCacheStore
+    from cache.store_local import LocalCacheStore
 
     verifier = TimedVerifier(models.verifier)
     metrics = StageTimes()

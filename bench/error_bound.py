@@ -75,9 +75,10 @@ from bench.pair_data import (  # noqa: E402
 from bench.report import emitter  # noqa: E402
 from cache.cross import PairModel  # noqa: E402
 from cache.decision import DecisionSettings, decide  # noqa: E402
-from cache.embedder import SentenceEncoder, embed_many, load_embedder  # noqa: E402
+from cache.embedder import embed_many, load_embedder  # noqa: E402
 from cache.error_bound import DEFAULT_MODEL, NO_EVIDENCE, BoundModel, Evidence, update  # noqa: E402
 from cache.error_bound import decide as bound_decide  # noqa: E402
+from cache.torch_encoder import SentenceEncoder  # noqa: E402
 from cache.verifier import PairVerifier  # noqa: E402
 
 DELTAS = (0.01, 0.02, 0.05)

@@ -1,7 +1,7 @@
 """The local cache store's snapshot write: its time against a raw write of as many bytes,
 the memory it takes, and how late the event loop runs meanwhile; and its read.
 
-The local store (cache/store.py) rewrites its whole snapshot file in a worker thread while
+The local store (cache/store_local.py) rewrites its whole snapshot file in a worker thread while
 the event loop serves requests. Each measurement runs in a child process of its own (so
 that its peak memory is its own): `entries` synthetic entries as the gateway stores them
 (bench/cache_latency_data.py: 12-token verifier features, an echo answer, ~11 KB each),

@@ -9,7 +9,7 @@ key and value projections fused into one matrix product): in float32 the token v
 agree with BertModel's to rounding (about 1e-6), so the verifier, trained on BertModel's
 features, sees the same inputs.
 
-In bfloat16 (cache/embedder.py picks it where the CPU multiplies bf16 natively) the
+In bfloat16 (cache/torch_encoder.py picks it where the CPU multiplies bf16 natively) the
 weights are also prepacked for oneDNN; a pass then takes about half the float32 time here,
 and the vectors stay within a cosine of 1e-4 of float32's.
 

@@ -305,7 +305,8 @@ def graph_vectors(model: SentenceTransformer, graph: Path) -> SentenceVectors:
 def main(argv: list[str] | None = None) -> None:
     """Exports a model folder (default: the packaged MiniLM) next to its weights: the float32
     graph, then the int8 one derived from it."""
-    from cache.embedder import default_model_path, load_sentence_model
+    from cache.embedder import default_model_path
+    from cache.torch_encoder import load_sentence_model
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--model", help="a sentence-transformers folder")

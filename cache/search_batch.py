@@ -20,7 +20,8 @@ import anyio.to_thread
 import numpy as np
 
 from cache.entry import Vector
-from cache.index import Hit, VectorIndex
+from cache.index import Hit
+from cache.vector_index import VectorIndex
 
 
 @dataclass(eq=False)

@@ -2,11 +2,12 @@
 
 Redis holds the entries and all shared metadata (layout in cache/redis_scripts.py); every
 change is one Lua script that also appends to a Redis Stream. Each replica keeps only a
-FAISS index (plus each entry's expiry) in memory, fed by tailing that stream with
-`XREAD BLOCK`: an insert on one replica is searchable on the others as soon as the XREAD
-returns (milliseconds). The writer also applies its own change at once, so it reads its
-writes; replays are harmless because index adds of a present id and removes of an absent
-one do nothing. A hit's entry is fetched from Redis, so hit counts and LRU are shared.
+FAISS index (plus each entry's expiry: cache/replica_index.py) in memory, fed by tailing
+that stream with `XREAD BLOCK`: an insert on one replica is searchable on the others as
+soon as the XREAD returns (milliseconds). The writer also applies its own change at once,
+so it reads its writes; replays are harmless because index adds of a present id and
+removes of an absent one do nothing. A hit's entry is fetched from Redis, so hit counts
+and LRU are shared.
 The error-bounded mode's evidence is one plain key per namespace (`{prefix}:cache:evidence:
 <namespace>`), read and written whole with the cache's TTL: two replicas updating it at once
 lose one label at most (the later write wins), which only slows the learning.
@@ -22,19 +23,14 @@ past it, or Redis restarted empty). On a gap, or when Redis goes away, it retrie
 exponential backoff and rebuilds when Redis answers again. Every Redis error reaching a
 caller is `CacheUnavailable`; socket timeouts are short (`timeout_s`), and only a broken
 pooled connection is retried, once.
-
-Over 400 lines: the Redis store and its Lua scripts' callers; the scripts themselves
-are in `redis_scripts.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import heapq
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import anyio
@@ -47,7 +43,8 @@ from redis.exceptions import RedisError
 from cache import redis_scripts
 from cache.codec import entry_fields, entry_from_fields
 from cache.entry import CacheEntry, Vector
-from cache.index import IndexConfig, VectorIndex
+from cache.index import IndexConfig
+from cache.replica_index import Change, ReplicaIndex
 from cache.search_batch import SearchBatcher
 from cache.store import BackgroundLoops, CacheUnavailable, check_entry
 from common.backoff import Backoff
@@ -57,18 +54,6 @@ logger = logging.getLogger(__name__)
 
 _GRACE_S = 3600  # Redis drops an entry this long after expiry if no replica swept it
 _BATCH = 512
-_GONE = (0.0, "")
-
-
-@dataclass(frozen=True)
-class _Change:
-    """One index change, made here or read from the stream."""
-
-    op: str  # put, del or flush
-    namespace: str
-    ids: list[str]
-    vectors: Vector | None = None  # put: one row per id
-    expires_at: float = 0.0  # put
 
 
 @contextlib.contextmanager
@@ -112,13 +97,8 @@ class RedisCacheStore:
             name: self._redis.register_script(getattr(redis_scripts, name))
             for name in ("PUT", "GET", "HIT", "EXPIRE", "FLUSH", "DELETE")
         }
-        self._index = VectorIndex(dim, index_config)
-        self._searches = SearchBatcher(lambda: self._index)  # one FAISS call per loop turn
-        # Index changes, and this bookkeeping, happen in worker threads under _index_lock,
-        # in the order they were made; searches only read _expires_at.
-        self._index_lock = anyio.Lock()
-        self._expires_at: dict[str, tuple[float, str]] = {}  # id -> (expiry, namespace)
-        self._expiry: list[tuple[float, str]] = []  # heap of (expiry, id), may hold stale
+        self._replica = ReplicaIndex(dim, index_config)
+        self._searches = SearchBatcher(lambda: self._replica.index)  # one FAISS call per loop turn
         self._seq, self._last_id, self._need_sync = 0, b"0-0", True
         self._loops = BackgroundLoops()
         self._evictions = self._expired = 0
@@ -152,7 +132,7 @@ class RedisCacheStore:
     ) -> list[tuple[CacheEntry, float]]:
         now = self._clock()
         hits = await self._searches.search(
-            namespace, vector, k, floor, lambda i: self._expires_at.get(i, _GONE)[0] > now
+            namespace, vector, k, floor, lambda i: self._replica.live(i, now)
         )
         if not hits:
             return []
@@ -190,8 +170,8 @@ class RedisCacheStore:
             evicted = [i.decode() for i in await self._run("PUT", *args)]
         self._evictions += len(evicted)
         vector = np.asarray(entry.vector, np.float32)[None, :]
-        put = _Change("put", entry.namespace, [entry.entry_id], vector, expires_at)
-        await self._apply([put, _Change("del", entry.namespace, evicted)])
+        put = Change("put", entry.namespace, [entry.entry_id], vector, expires_at)
+        await self._replica.apply([put, Change("del", entry.namespace, evicted)])
 
     async def record_hit(self, entry_id: str) -> None:
         with _unavailable():
@@ -201,7 +181,7 @@ class RedisCacheStore:
         with _unavailable():
             removed = int(await self._run("FLUSH", namespace, self._maxlen))
             await self._redis.delete(self._evidence_key(namespace))
-        await self._apply([_Change("flush", namespace, [])])
+        await self._replica.apply([Change("flush", namespace, [])])
         return removed
 
     async def entry(self, entry_id: str) -> CacheEntry | None:
@@ -220,7 +200,7 @@ class RedisCacheStore:
             namespace = await self._run("DELETE", entry_id, self._maxlen)
         if namespace is None:
             return False
-        await self._apply([_Change("del", namespace.decode(), [entry_id])])
+        await self._replica.apply([Change("del", namespace.decode(), [entry_id])])
         return True
 
     async def namespaces_of(self, tenants: Collection[str]) -> set[str]:
@@ -256,8 +236,8 @@ class RedisCacheStore:
         """This replica's view: entries and namespaces in its index; evictions and expiries
         it performed on the shared state (summed over replicas, they are the totals)."""
         return {
-            "entries": len(self._index),
-            "namespaces": len(self._index.namespaces()),
+            "entries": len(self._replica.index),
+            "namespaces": len(self._replica.index.namespaces()),
             "evictions": self._evictions,
             "expired": self._expired,
         }
@@ -270,44 +250,6 @@ class RedisCacheStore:
 
     async def _run(self, script: str, *args: Any) -> Any:
         return await self._scripts[script](keys=[self._stream], args=[self._p, *args])
-
-    # Index and expiry bookkeeping ------------------------------------------------------
-
-    async def _apply(self, changes: Sequence[_Change]) -> None:
-        async with self._index_lock:
-            await anyio.to_thread.run_sync(self._apply_sync, changes)
-
-    def _apply_sync(self, changes: Sequence[_Change]) -> None:
-        for change in changes:
-            if change.op == "put" and change.vectors is not None:
-                if self._index.add(change.namespace, change.ids, change.vectors):
-                    self._remember(change.ids[0], change.expires_at, change.namespace)
-            elif change.op == "del":
-                self._index.remove(change.namespace, change.ids)
-                for entry_id in change.ids:
-                    self._expires_at.pop(entry_id, None)
-            elif change.op == "flush":
-                for entry_id in self._index.drop(change.namespace):
-                    self._expires_at.pop(entry_id, None)
-
-    def _remember(self, entry_id: str, expires_at: float, namespace: str) -> None:
-        self._expires_at[entry_id] = (expires_at, namespace)
-        heapq.heappush(self._expiry, (expires_at, entry_id))
-
-    def _expire_local(self, now: float) -> None:
-        """Drop expired entries from this replica's index, on this replica's clock."""
-        doomed: dict[str, list[str]] = {}
-        while self._expiry and self._expiry[0][0] <= now:
-            expires_at, entry_id = heapq.heappop(self._expiry)
-            known = self._expires_at.get(entry_id)
-            if known is not None and known[0] == expires_at:
-                del self._expires_at[entry_id]
-                doomed.setdefault(known[1], []).append(entry_id)
-        for namespace, ids in doomed.items():
-            self._index.remove(namespace, ids)
-        if len(self._expiry) > 2 * len(self._expires_at) + 1024:  # drop stale heap items
-            self._expiry = [(e, i) for i, (e, _) in self._expires_at.items()]
-            heapq.heapify(self._expiry)
 
     # Background loops ---------------------------------------------------------------------
 
@@ -324,9 +266,8 @@ class RedisCacheStore:
     async def sweep(self) -> None:
         """Expire entries locally and in Redis, compact or convert indexes."""
         now = self._clock()
-        async with self._index_lock:
-            await anyio.to_thread.run_sync(self._expire_local, now)
-        await anyio.to_thread.run_sync(self._index.maintain)  # safe beside adds and removes
+        await self._replica.expire(now)
+        await anyio.to_thread.run_sync(self._replica.index.maintain)  # safe beside adds and removes
         looked = _BATCH
         while looked == _BATCH:
             with _unavailable():
@@ -369,21 +310,21 @@ class RedisCacheStore:
                 break
             self._seq, self._last_id = seq, message_id
         if changes:
-            await self._apply(changes)
+            await self._replica.apply(changes)
 
-    def _decode(self, fields: dict[bytes, bytes]) -> _Change:
+    def _decode(self, fields: dict[bytes, bytes]) -> Change:
         op, namespace = fields[b"op"].decode(), fields[b"ns"].decode()
         if op == "put":
             vector = np.frombuffer(fields[b"vec"], np.float32)
             if vector.size != self._dim:
                 raise ValueError(f"vector of dimension {vector.size}, expected {self._dim}")
             entry_id, expires_at = fields[b"id"].decode(), float(fields[b"exp"])
-            return _Change(op, namespace, [entry_id], vector[None, :], expires_at)
+            return Change(op, namespace, [entry_id], vector[None, :], expires_at)
         if op == "del":
             ids = orjson.loads(fields[b"ids"])
-            return _Change(op, namespace, [str(i) for i in ids] if isinstance(ids, list) else [])
+            return Change(op, namespace, [str(i) for i in ids] if isinstance(ids, list) else [])
         if op == "flush":
-            return _Change(op, namespace, [])
+            return Change(op, namespace, [])
         raise ValueError(f"unknown stream operation {op!r}")
 
     # Rebuild ------------------------------------------------------------------------------
@@ -396,12 +337,7 @@ class RedisCacheStore:
                 pipe.xrevrange(self._stream, count=1)
                 seq, last = await pipe.execute()
             rows = await self._scan()
-        fresh = await anyio.to_thread.run_sync(_index_of, rows, self._index.empty_like())
-        async with self._index_lock:
-            self._index = fresh
-            self._expires_at = {i: (e, ns) for ns, i, _, e in rows}
-            self._expiry = [(e, i) for _, i, _, e in rows]
-            heapq.heapify(self._expiry)
+        await self._replica.replace(rows)
         self._seq, self._last_id = int(seq or 0), last[0][0] if last else b"0-0"
         if self._need_sync:
             logger.info("cache index rebuilt from Redis: %d entries", len(rows))
@@ -424,15 +360,3 @@ class RedisCacheStore:
                     rows.append((namespace.decode(), entry_id, vector, expires_at))
             if cursor == 0:
                 return rows
-
-
-def _index_of(rows: list[tuple[str, str, bytes, float]], index: VectorIndex) -> VectorIndex:
-    """Fill an empty index with scanned rows (big namespaces start flat; the sweeper's
-    maintain() converts them, so a rebuild after an outage is quick)."""
-    by_namespace: dict[str, list[tuple[str, bytes]]] = {}
-    for namespace, entry_id, vector, _ in rows:
-        by_namespace.setdefault(namespace, []).append((entry_id, vector))
-    for namespace, items in by_namespace.items():
-        vectors = np.frombuffer(b"".join(v for _, v in items), np.float32).reshape(-1, index.dim)
-        index.add(namespace, [i for i, _ in items], vectors)
-    return index

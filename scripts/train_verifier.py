@@ -65,10 +65,11 @@ from bench.pair_data import (  # noqa: E402
     training_pairs,
 )
 from cache.decision import DecisionSettings  # noqa: E402
-from cache.embedder import Embedded, SentenceEncoder, embed_many, load_embedder  # noqa: E402
+from cache.embedder import Embedded, embed_many, load_embedder  # noqa: E402
 from cache.features import TokenFeatures  # noqa: E402
 from cache.guards import GUARDS, unexplained_words  # noqa: E402
 from cache.normalize import normalize  # noqa: E402
+from cache.torch_encoder import SentenceEncoder  # noqa: E402
 from cache.verifier import (  # noqa: E402
     DEFAULT_WEIGHTS,
     FLAG_NAMES,

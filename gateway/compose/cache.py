@@ -144,7 +144,7 @@ def _cache_store(
 ) -> CacheStore:
     """The entries of the embedder's vector space (`space`: a remote embedder's; None: the
     packaged MiniLM's, where they always were)."""
-    from cache.store import LocalCacheStore
+    from cache.store_local import LocalCacheStore
     from cache.store_redis import RedisCacheStore
 
     config = settings.cache

@@ -17,7 +17,8 @@ import pytest
 from bench.processes import Gateway
 from cache.entry import CacheEntry
 from cache.semantic import flush_tenants
-from cache.store import CacheStore, LocalCacheStore
+from cache.store import CacheStore
+from cache.store_local import LocalCacheStore
 from cache.store_redis import RedisCacheStore
 from common.redis_client import RedisFactory
 from tests.conftest import GatewayFactory, fake_backend, hash_of

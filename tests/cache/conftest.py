@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cache.cross import PairModel
-from cache.embedder import SentenceEncoder, load_embedder
+from cache.embedder import load_embedder
 from cache.onnx_encoder import OnnxEncoder
+from cache.torch_encoder import SentenceEncoder
 from cache.verifier import PairVerifier
 
 

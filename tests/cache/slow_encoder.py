@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from cache.embedder import Embedded, SentenceEncoder
+from cache.embedder import Embedded
+from cache.torch_encoder import SentenceEncoder
 
 
 class SlowEncoder:

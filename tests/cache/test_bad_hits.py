@@ -16,7 +16,7 @@ from cache.decision import DecisionSettings
 from cache.embedder import Embedded
 from cache.policy import CacheInputs, CacheKey, cache_key
 from cache.semantic import Answer, BadHit, NullCache, SemanticCache
-from cache.store import LocalCacheStore
+from cache.store_local import LocalCacheStore
 
 DIM = 8
 ANSWER = orjson.dumps(

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from cache.batching import BatchingEmbedder, EmbedderBusy, PassTimes
-from cache.embedder import SentenceEncoder
+from cache.torch_encoder import SentenceEncoder
 from tests.cache.slow_encoder import SlowEncoder
 
 TEXTS = [f"How do I convert {n} km to miles?" for n in range(10)]

@@ -9,7 +9,7 @@ import pytest
 
 from cache.bounded import AGREE_COSINE, Ledger, agree, answer_text
 from cache.error_bound import NO_EVIDENCE
-from cache.store import LocalCacheStore
+from cache.store_local import LocalCacheStore
 
 
 def chat(*contents: object, **message: object) -> bytes:

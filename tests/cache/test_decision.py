@@ -15,7 +15,8 @@ import pytest
 
 from cache.cross import PairModel
 from cache.decision import Candidate, Decision, DecisionSettings, decide
-from cache.embedder import Embedded, SentenceEncoder
+from cache.embedder import Embedded
+from cache.torch_encoder import SentenceEncoder
 from cache.verifier import PairVerifier
 
 DEFAULT = DecisionSettings()

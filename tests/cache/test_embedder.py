@@ -9,13 +9,9 @@ import numpy.typing as npt
 import pytest
 
 from cache.batching import BatchingEmbedder
-from cache.embedder import (
-    Embedded,
-    SentenceEncoder,
-    embed_many,
-    native_bf16,
-)
+from cache.embedder import Embedded, embed_many
 from cache.features import FeatureFormatError, TokenFeatures
+from cache.torch_encoder import SentenceEncoder, native_bf16
 
 TEXTS = [
     "How do I reverse a list in Python?",

@@ -7,7 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from cache.index import IndexConfig, NamespaceIndex, VectorIndex
+from cache.index import IndexConfig, NamespaceIndex
+from cache.vector_index import VectorIndex
 
 DIM = 384
 

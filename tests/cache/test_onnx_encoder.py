@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cache.embedder import SentenceEncoder, default_model_path, load_embedder
+from cache.embedder import default_model_path, load_embedder
 from cache.features import TokenFeatures
 from cache.onnx_encoder import OnnxEncoder, read_bert_folder
 from cache.onnx_export import (
@@ -26,6 +26,7 @@ from cache.onnx_export import (
     int8_name,
     model_vectors,
 )
+from cache.torch_encoder import SentenceEncoder
 
 TEXTS = [
     "How do I reverse a list in Python?",

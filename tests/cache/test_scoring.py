@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from cache.embedder import SentenceEncoder
 from cache.scoring import BatchingScorer
+from cache.torch_encoder import SentenceEncoder
 from cache.verifier import PairVerifier
 
 QUERIES = ["How do I sort a list in Python?", "How can I reverse a string in Go?"]

@@ -7,8 +7,8 @@ import asyncio
 
 import numpy as np
 
-from cache.index import VectorIndex
 from cache.search_batch import SearchBatcher
+from cache.vector_index import VectorIndex
 
 DIM = 384
 

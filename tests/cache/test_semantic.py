@@ -16,11 +16,11 @@ import orjson
 from cache.batching import BatchingEmbedder
 from cache.cross import PairModel
 from cache.decision import DecisionSettings, Verifier
-from cache.embedder import SentenceEncoder
 from cache.policy import CacheInputs, CacheKey, cache_key
 from cache.scoring import PairScorer
 from cache.semantic import Answer, SemanticCache
-from cache.store import LocalCacheStore
+from cache.store_local import LocalCacheStore
+from cache.torch_encoder import SentenceEncoder
 from cache.verifier import PairVerifier
 from tests.cache.slow_encoder import SlowEncoder
 from tests.cache.test_scoring import Counting

@@ -21,7 +21,8 @@ import redis.asyncio as aioredis
 from bench.processes import free_port
 from cache.codec import CorruptSnapshot, StoredEntry, read_snapshot, write_snapshot
 from cache.entry import CacheEntry
-from cache.store import CacheStore, CacheUnavailable, LocalCacheStore
+from cache.store import CacheStore, CacheUnavailable
+from cache.store_local import LocalCacheStore
 from cache.store_redis import RedisCacheStore
 from common.redis_client import RedisFactory
 
