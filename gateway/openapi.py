@@ -2,8 +2,10 @@
 serves and the admin API, with schemas generated from the same pydantic models that
 validate the bodies (gateway/openai_schema.py, gateway/admin/models.py).
 
-Over 400 lines: most of it is the document's own text (a description per route and per
-error status), which reads best in one place, in the order the document lists it."""
+Here: the document's frame, the OpenAI routes, the operational ones (health, metrics, this
+document), and the builders of answers and errors (a description per error status) that
+the other parts take: the dialects' routes (gateway/dialects/openapi.py), Files and Batches
+(gateway/batches/openapi.py) and the admin API (gateway/admin/openapi.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from gateway.admin import models as m
+from gateway.admin.openapi import ENTRY_ID, admin_paths
 from gateway.batches.openapi import batch_paths
 from gateway.dialects.openapi import dialect_paths
 from gateway.openai_schema import ChatRequest, CompletionRequest, EmbeddingRequest
@@ -75,7 +78,7 @@ def openapi_document() -> dict[str, Any]:
             **_openai_paths(),
             **dialect_paths(_errors, _ok),
             **batch_paths(_errors, _ok),
-            **_admin_paths(),
+            **admin_paths(_errors, _ok, _ref),
             **_operational_paths(),
         },
         "components": {
@@ -237,14 +240,11 @@ def _openai_paths() -> dict[str, Any]:
     }
 
 
-_ENTRY_ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
-
-
 def _feedback_path() -> dict[str, Any]:
     body = {
         "type": "object",
         "required": ["id"],
-        "properties": {"id": {**_ENTRY_ID, "description": "The bad hit's x-cache-key."}},
+        "properties": {"id": {**ENTRY_ID, "description": "The bad hit's x-cache-key."}},
     }
     deleted = {
         "type": "object",
@@ -267,138 +267,6 @@ def _feedback_path() -> dict[str, Any]:
             },
         }
     }
-
-
-def _admin_op(
-    summary: str,
-    answer: type[BaseModel],
-    *,
-    status: int = 200,
-    body: type[BaseModel] | None = None,
-    errors: tuple[int, ...] = (),
-) -> dict[str, Any]:
-    base = (401, 403, 404, 503)
-    with_body = (400, 413) if body is not None else ()
-    op: dict[str, Any] = {
-        "summary": summary,
-        "tags": ["admin"],
-        "security": [{"adminKey": []}],
-        "responses": {
-            **_ok(_ref(answer), summary, status),
-            **_errors(*sorted({*base, *with_body, *errors})),
-        },
-    }
-    if body is not None:
-        op["requestBody"] = {"required": True, "content": {_JSON: {"schema": _ref(body)}}}
-    return op
-
-
-def _param(name: str, schema: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"name": name, "in": "path", "required": True, "schema": schema}]
-
-
-def _admin_paths() -> dict[str, Any]:
-    tenant = _param("name", {"type": "string", "pattern": _name_pattern()})
-    key = _param("key_id", {"type": "string", "minLength": 1})
-    return {
-        "/admin/tenants": {
-            "get": _admin_op("List tenants (configured and created here)", m.TenantList),
-            "post": _admin_op(
-                "Create a tenant", m.TenantInfo, status=201, body=m.TenantCreate, errors=(409,)
-            ),
-        },
-        "/admin/tenants/{name}": {
-            "parameters": tenant,
-            "get": _admin_op("Read a tenant", m.TenantInfo),
-            "patch": _admin_op("Update a tenant", m.TenantInfo, body=m.TenantPatch),
-            "delete": _admin_op("Delete a tenant and revoke its stored keys", m.TenantDeleted),
-        },
-        "/admin/tenants/{name}/keys": {
-            "parameters": tenant,
-            "get": _admin_op("List a tenant's keys (ids, never keys)", m.KeyList),
-            "post": _admin_op("Create a key; shown once", m.KeyCreated, status=201),
-        },
-        "/admin/keys/{key_id}": {
-            "parameters": key,
-            "delete": _admin_op("Revoke a key", m.KeyDeleted, errors=(409,)),
-        },
-        "/admin/tenants/{name}/usage": {
-            "parameters": tenant,
-            "get": _admin_op("What the quota counters know of a tenant", m.TenantUsage),
-        },
-        "/admin/tenants/{name}/cache/flush": {
-            "parameters": tenant,
-            "post": _admin_op(
-                "Drop a tenant's (or its cache group's) cache entries", m.CacheFlushed
-            ),
-        },
-        "/admin/cache/entries/{entry_id}": {
-            "parameters": _param("entry_id", _ENTRY_ID),
-            "delete": _admin_op(
-                "Delete one cache entry (a hit's x-cache-key) on every replica",
-                m.CacheEntryDeleted,
-            ),
-        },
-        "/admin/backends": {
-            "get": _admin_op(
-                "Each backend's learned capacity: limits, engine metrics, desired replicas",
-                m.BackendList,
-            )
-        },
-        "/admin/backends/{name}/warm": {
-            "parameters": _param("name", {"type": "string", "minLength": 1}),
-            "post": _warm_op(),
-        },
-        "/admin/reports/cache": {"get": _report_op("Cache report: hit rates, savings, latency")},
-        "/admin/reports/cold-start": {
-            "get": _report_op("Cold-start report: starts, phases, waits")
-        },
-    }
-
-
-def _warm_op() -> dict[str, Any]:
-    op = _admin_op(
-        "Start replicas of a process or kubernetes backend now and keep them for a while "
-        "(400 for a backend with a fixed address)",
-        m.BackendWarmed,
-        status=202,
-        body=m.WarmOrder,
-    )
-    op["requestBody"]["required"] = False  # no body: one replica, for the backend's idle_s
-    return op
-
-
-def _report_op(summary: str) -> dict[str, Any]:
-    op = _admin_op(summary, m.Report, errors=(400,))
-    moment = {
-        "anyOf": [
-            {"type": "string", "pattern": m.DURATION},
-            {"type": "string", "pattern": m.ISO_TIME},
-        ]
-    }
-    described: dict[str, tuple[str, dict[str, Any]]] = {
-        "since": (
-            "Start: a duration back from now (`15m`, `7d`) or ISO 8601; the hour before `until`.",
-            moment,
-        ),
-        "until": ("End, in the same forms; now. 400 if not after `since`.", moment),
-        "tenant": ("Only this tenant.", {"type": "string"}),
-        "model": ("Only this model.", {"type": "string"}),
-        "bucket": (
-            "Width of the over-time buckets, a duration; 5m.",
-            {"type": "string", "pattern": m.DURATION},
-        ),
-    }
-    op["parameters"] = [
-        {"name": name, "in": "query", "required": False, "description": text, "schema": schema}
-        for name, (text, schema) in described.items()
-    ]
-    return op
-
-
-def _name_pattern() -> str:
-    pattern = m.TenantCreate.model_json_schema()["properties"]["name"]["pattern"]
-    return str(pattern)
 
 
 def _operational_paths() -> dict[str, Any]:

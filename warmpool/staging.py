@@ -11,8 +11,9 @@
   into the page cache. `warmpool.layout` draws the folder.
 - Interrupted stagings (cancelled, crashed, failed) resume: finished chunks and verified
   files are kept and only the rest is fetched.
-- Concurrent `stage()` calls for one model share one download. If the caller doing the
-  work is cancelled, one of the others takes over, resuming from what is on disk.
+- Concurrent `stage()` calls for one model share one download (`warmpool.flight`). If the
+  caller doing the work is cancelled, one of the others takes over, resuming from what is
+  on disk.
 - A staged model is served from disk as it is; `evict()` it to fetch a newer version
   (a different URI for the same model name re-stages on its own).
 - Last use is kept in memory by `touch()` (cheap enough for every request) and saved as the
@@ -34,7 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +46,7 @@ from warmpool.budget import CacheEntry, plan_eviction
 from warmpool.catalog import save_last_use, scan
 from warmpool.download import DownloadSettings, ModelDownload
 from warmpool.errors import IntegrityError, ModelNotStaged, SourceError, SourceNotFound
+from warmpool.flight import Flight, LeaderGone, Progress
 from warmpool.layout import CacheLayout, discard, publish
 from warmpool.readahead import read_ahead
 from warmpool.retry import TransferRetryPolicy, with_retries
@@ -57,31 +59,6 @@ log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 MAX_MANIFEST_BYTES = 16 * MiB
 DEFAULT_RETRY = TransferRetryPolicy()
-# (bytes done, bytes in total); done counts resumed bytes, and steps back when a file that
-# failed verification is fetched again.
-Progress = Callable[[int, int], None]
-
-
-class _LeaderGone(Exception):
-    """The caller doing a shared staging was cancelled; a waiting caller takes over."""
-
-
-@dataclass
-class _Flight:
-    future: asyncio.Future[StagedModel]
-    listeners: list[Progress] = field(default_factory=list)
-    total: int = 0
-    done: int = 0
-
-    def report(self, delta: int) -> None:
-        self.done += delta
-        for listener in list(self.listeners):
-            try:
-                listener(self.done, self.total)
-            except Exception:
-                # A caller's broken progress bar must not fail a download others wait for.
-                log.exception("progress callback failed; it gets no more updates")
-                self.listeners.remove(listener)
 
 
 class WeightStager:
@@ -118,7 +95,7 @@ class WeightStager:
         self._unsaved_use: set[str] = set()
         self._reading: Counter[str] = Counter()
         self._pinned: set[str] = set()
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[str, Flight] = {}
         self._evicting: dict[str, asyncio.Event] = {}  # set once the folders are gone
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -220,7 +197,7 @@ class WeightStager:
                 flight.listeners.append(progress)
             try:
                 staged = await asyncio.shield(flight.future)
-            except _LeaderGone:
+            except LeaderGone:
                 continue  # loop: this caller may now lead, resuming from the partial files
             finally:
                 if progress in flight.listeners:
@@ -242,7 +219,7 @@ class WeightStager:
         return staged
 
     async def _lead(self, model: str, uri: str, progress: Progress | None) -> StagedModel:
-        flight = _Flight(asyncio.get_running_loop().create_future())
+        flight = Flight(asyncio.get_running_loop().create_future())
         if progress is not None:
             flight.listeners.append(progress)
         self._flights[model] = flight
@@ -252,7 +229,7 @@ class WeightStager:
             flight.future.set_exception(exc)
             raise
         except BaseException:
-            flight.future.set_exception(_LeaderGone())
+            flight.future.set_exception(LeaderGone())
             raise
         finally:
             del self._flights[model]
@@ -261,7 +238,7 @@ class WeightStager:
         flight.future.set_result(staged)
         return staged
 
-    async def _stage_now(self, model: str, uri: str, flight: _Flight) -> StagedModel:
+    async def _stage_now(self, model: str, uri: str, flight: Flight) -> StagedModel:
         location = parse_s3_uri(uri)
         retry = self._settings.retry
         async with self._source_factory() as source:
@@ -295,7 +272,7 @@ class WeightStager:
         return parse_manifest(await with_retries(read, self._settings.retry, MANIFEST))
 
     async def _download(
-        self, model: str, uri: str, source: WeightSource, specs: list[FileSpec], flight: _Flight
+        self, model: str, uri: str, source: WeightSource, specs: list[FileSpec], flight: Flight
     ) -> tuple[StagedModel, frozenset[str]]:
         """The published model, and the files that verification read back in full."""
         # A staging of this model may start while an eviction of it still deletes folders.
