@@ -20,6 +20,10 @@ Lookups fail open: past `budget_s`, when the embedder is too busy to embed the p
 within what is left of it (cache/batching.py), or when the store or the embedder fails,
 `Lookup.failed` says why and the request goes to the model. `NullCache` is the disabled
 cache: every lookup misses, nothing is stored.
+
+Over 400 lines: the lookup, the store and the judging of explored answers share the
+answers being stored and the lookups in flight (both by exact key), which keep a request
+that repeats another at once from missing; apart, each would reach into the others' maps.
 """
 
 from __future__ import annotations

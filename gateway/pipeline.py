@@ -27,6 +27,10 @@ from one place (gateway/lifecycle.py; the trace's spans, gateway/tracing.py). Er
 typed (gateway/errors.py) and become responses there.
 `cache_feedback` is the short path of a client reporting a bad hit: authenticate, read,
 delete the entry within the tenant's cache scope (gateway/cache_http.py).
+
+Over 400 lines: the request path is read from this file, top to bottom, one short method
+per step (../shared/STYLE.md: a newcomer finds every step from one place); each step's
+work is in the module the map above names.
 """
 
 from __future__ import annotations
