@@ -148,13 +148,18 @@ class Lifecycle:
 
     def begin(self, request: Request, *, report: bool = True) -> Exchange:
         """The exchange of `request`, to be used as `async with` (see the module)."""
-        self._metrics.in_flight += 1
         headers = header_map(request.scope)
-        path = request.scope["path"]
+        return self.open(request.method, request.scope["path"], headers, report=report)
+
+    def open(
+        self, method: str, path: str, headers: dict[str, str], *, report: bool = True
+    ) -> Exchange:
+        """An exchange for a request that came without HTTP (a batch line)."""
+        self._metrics.in_flight += 1
         trace = self._tracing.begin(headers, path) if self._tracing and report else None
         return Exchange(
             request_id(headers),
-            request.method,
+            method,
             path,
             time.perf_counter(),
             headers,

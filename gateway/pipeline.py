@@ -137,6 +137,20 @@ class Pipeline:
         except GatewayError as error:  # the one place errors become responses
             return error.to_response(exchange.request_id)
 
+    async def line(self, owner: str, raw: bytes, kind: Kind, path: str) -> Response:
+        """A batch line, as its job's tenant (`owner`, `Tenant.owner`: the job's creator
+        was authenticated when it created the job; a tenant deleted since runs nothing, even
+        once another of its name exists). The rest of the path is a request's; the runner
+        cancels a line itself, so no connection is watched."""
+        exchange = self._lifecycle.open("POST", path, {})
+        try:
+            async with exchange:
+                call = self._parsed(raw, kind, self._owner(owner, exchange), exchange)
+                await self._admit(call, exchange)
+                return await self._answer(call, exchange)
+        except GatewayError as error:
+            return error.to_response(exchange.request_id)
+
     async def count_tokens(self, request: Request, dialect: Dialect) -> Response:
         """The prompt's size in tokens as the gateway estimates it (what quotas reserve),
         for a model the tenant may use; nothing is sent to a model."""
@@ -201,6 +215,11 @@ class Pipeline:
         raw = await self._body.read(request)
         if dialect is not None:
             raw = await dialect.to_chat(raw, tenant.owner)
+        call = self._parsed(raw, kind, tenant, exchange)
+        await self._admit(call, exchange)
+        return await unless_disconnected(request, self._answer(call, exchange))
+
+    def _parsed(self, raw: bytes, kind: Kind, tenant: Tenant, exchange: Exchange) -> Call:
         body = parse_request(kind, raw)
         # A client's model name becomes a metric label, an event and a log field only once
         # it routes: made-up names would grow them without bound.
@@ -209,8 +228,7 @@ class Pipeline:
         exchange.model = body.model
         if exchange.trace is not None:
             exchange.trace.named(kind, body.model)
-        await self._admit(call, exchange)
-        return await unless_disconnected(request, self._answer(call, exchange))
+        return call
 
     async def _answer(self, call: Call, exchange: Exchange) -> Response:
         cached = await self._lookup(call, exchange)
@@ -315,6 +333,11 @@ class Pipeline:
         principal = await self._auth.authenticate(headers.get("authorization") or bearer)
         exchange.tenant = principal.tenant
         return self._catalog.tenant(principal.tenant)
+
+    def _owner(self, owner: str, exchange: Exchange) -> Tenant:
+        tenant = self._catalog.of_owner(owner)
+        exchange.tenant = tenant.name
+        return tenant
 
     def _route(self, body: OpenAIRequest, raw: bytes, tenant: Tenant, exchange: Exchange) -> Call:
         route = self._catalog.route(tenant.name, body.model, body.prompt_tokens())

@@ -29,12 +29,10 @@ from typing import Literal
 import anyio
 import orjson
 from anyio.abc import TaskGroup
-from starlette.requests import Request
 from starlette.responses import Response
 
 from common.backoff import Backoff
 from gateway.batches.errors import BatchStoreError
-from gateway.batches.identity import line_request
 from gateway.batches.lines import InputLine
 from gateway.batches.models import BatchJob, LineResult, new_id
 from gateway.batches.policy import backoff_s, retryable
@@ -45,7 +43,8 @@ from gateway.traffic.retry import parse_retry_after
 
 _log = logging.getLogger("gateway.batches")
 Ending = Literal["completed", "cancelled", "expired", "lost"]
-Serve = Callable[[Request, Kind], Awaitable[Response]]  # the batch pipeline's entry point
+# The batch pipeline's entry point (`Pipeline.line`): owner, body, kind, path.
+Serve = Callable[[str, bytes, Kind, str], Awaitable[Response]]
 CHECK_S = 1.0  # how often a running job looks for a cancel, its expiry, its lease
 RECORD_ATTEMPTS = 5
 RECORD_BACKOFF = Backoff(base_s=0.4, cap_s=5.0, jitter="none")  # 0.4, 0.8, 1.6, 3.2, 5 s
@@ -188,7 +187,7 @@ class JobRun:
             self._c.outcome("interrupted")  # no result: it goes again when the job resumes
 
     async def _send(self, line: InputLine) -> None:
-        response = await self._c.serve(line_request(self._job.tenant, line), line.kind)
+        response = await self._c.serve(self._job.tenant, line.body, line.kind, line.url)
         status, headers = response.status_code, response.headers
         if retryable(status, headers):
             self._retry(line.index, headers.get("retry-after"))

@@ -34,7 +34,7 @@ from gateway.admin.reports import build_report
 from gateway.batches.blobs import open_blobs
 from gateway.batches.execution import Context as BatchContext
 from gateway.batches.files import Files
-from gateway.batches.identity import BatchClass, LineAuthenticator
+from gateway.batches.identity import BatchClass
 from gateway.batches.jobs import Jobs
 from gateway.batches.models import new_id
 from gateway.batches.routes import BatchApi
@@ -115,9 +115,9 @@ async def build(
     salt = _salt_secret(env)
     prices = settings.pricing
     pipeline = Pipeline(auth, catalog, *path_parts, salt_secret=salt, pricing=prices)
-    # Batch lines take the same path, as their job's tenant and in the batch class.
-    line_parts = (LineAuthenticator(catalog), BatchClass(catalog), *path_parts)
-    lines = Pipeline(*line_parts, salt_secret=salt, pricing=prices)
+    # Batch lines take the same path, as their job's tenant and in the batch class
+    # (`Pipeline.line`: no key to authenticate, the job's owner is the line's tenant).
+    lines = Pipeline(auth, BatchClass(catalog), *path_parts, salt_secret=salt, pricing=prices)
     batches = await build_batches(
         settings, clients, lines, auth, catalog, metrics, access, stack, tasks
     )
@@ -202,7 +202,7 @@ async def build_batches(
     blobs = await open_blobs(settings)
     stack.push_async_callback(blobs.close)
     shared = anyio.Semaphore(config.max_concurrency)
-    context = BatchContext(store, lines.openai, config, shared, new_id("runner_"))
+    context = BatchContext(store, lines.line, config, shared, new_id("runner_"))
     max_body = settings.limits.max_body_bytes
     runner = Runner(context, blobs, catalog, max_body)
     metrics.add_snapshots(runner.collect)

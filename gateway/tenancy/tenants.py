@@ -103,6 +103,14 @@ class Catalog:
         tenant = self._tenants.get(tenant_name(owner))
         return tenant if tenant is not None and tenant.owner == owner else None
 
+    def of_owner(self, owner: str) -> Tenant:
+        """`current(owner)`, or Unauthenticated once it was deleted (a batch job's lines run
+        as their job's owner: gateway/pipeline.py's `line`)."""
+        tenant = self.current(owner)
+        if tenant is None:
+            raise Unauthenticated("The tenant that owns this batch was deleted.")
+        return tenant
+
     def tenant(self, name: str) -> Tenant:
         tenant = self._tenants.get(name)
         if tenant is None:

@@ -12,7 +12,6 @@ from pathlib import Path
 import anyio
 import orjson
 import pytest
-from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.batches.execution import Context, JobRun
@@ -54,8 +53,8 @@ class Upstream:
         self.sent: Counter[int] = Counter()
         self.finished: Counter[int] = Counter()
 
-    async def __call__(self, request: Request, kind: Kind) -> Response:
-        index = orjson.loads(await request.body())["n"]
+    async def __call__(self, owner: str, raw: bytes, kind: Kind, path: str) -> Response:
+        index = orjson.loads(raw)["n"]
         self.sent[index] += 1
         await anyio.sleep(self.delay_s)
         status, headers = self.answer(index, self.sent[index])

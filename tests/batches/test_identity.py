@@ -1,4 +1,5 @@
-"""A batch line's identity: its job's tenant, without a key, in the batch class."""
+"""A batch line's catalog: every tenant in the batch class (the line itself enters as its
+job's owner, `Pipeline.line`: tests/batches/test_batches_e2e.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import inspect
 
 import pytest
 
-from gateway.batches.identity import BatchClass, LineAuthenticator, line_request
-from gateway.batches.lines import InputLine
-from gateway.disconnect import SERVER_CANCELS
+from gateway.batches.identity import BatchClass
 from gateway.errors import Unauthenticated
 from gateway.prompt_size import SizeRoutes
 from gateway.settings import Tenant, TenantProfile
@@ -46,24 +45,13 @@ def test_every_tenant_is_in_the_batch_class_and_the_rest_is_the_catalogs() -> No
         view.tenant("acme")
 
 
-async def test_a_line_is_its_tenants_and_nothing_else_is() -> None:
+def test_a_line_is_its_jobs_owners_and_in_the_batch_class() -> None:
     tenants = catalog()
-    auth = LineAuthenticator(tenants)
-    assert (await auth.authenticate("Batch acme")).tenant == "acme"
+    view = BatchClass(tenants)
+    assert view.of_owner("acme").priority == "batch"
     # Deleted, then created again through the admin API: the old job's lines run nothing.
     tenants.apply({"acme": TenantProfile(name="acme")}, {"acme": "u2"})
-    assert (await auth.authenticate("Batch acme~u2")).tenant == "acme"
-    for header in (None, "", "Bearer sk-x", "Batch", "Batch ", "Batch acme", "Batch acme~u1"):
+    assert view.of_owner("acme~u2").name == "acme"
+    for owner in ("acme", "acme~u1", "", "nobody"):
         with pytest.raises(Unauthenticated):
-            await auth.authenticate(header)
-
-
-async def test_the_line_request() -> None:
-    body = b'{"model": "m1", "messages": []}'
-    request = line_request("acme", InputLine(0, "c", "/v1/chat/completions", "m1", body))
-    assert request.url.path == "/v1/chat/completions" and request.method == "POST"
-    assert request.headers["authorization"] == "Batch acme"
-    assert request.headers["x-priority"] == "batch"
-    assert request.headers["content-length"] == str(len(body))
-    assert request.scope[SERVER_CANCELS] is True
-    assert await request.body() == body
+            view.of_owner(owner)
