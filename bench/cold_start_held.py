@@ -1,7 +1,7 @@
 """Requests held through a long start: keep-alives on a held stream, and the refusal of a
 deadline shorter than the learned start time (part of `bench/cold_start.py`).
 
-One gateway, one `process` backend: the fake upstream (`tests/support/fake_upstream.py`)
+One gateway, one `process` backend: the fake upstream (`bench/fake_upstream.py`)
 with `--startup-delay-s` (60 s, or 12 s with --quick), so its port opens only after a start
 as long as a large model's. In order:
 
@@ -93,7 +93,7 @@ def target(name: str, met: bool, observed: float, common: dict[str, Any]) -> Non
 
 
 def config(state_dir: Path, start_s: float) -> dict[str, Any]:
-    command = ["{python}", "-m", "tests.support.fake_upstream", "--port", "{port}"]
+    command = ["{python}", "-m", "bench.fake_upstream", "--port", "{port}"]
     return {
         "state": {"url": "memory", "path": str(state_dir / "state.json")},
         "cache": {"enabled": False},

@@ -102,7 +102,7 @@ def start_fake_upstream(log_dir: Path, echo_delay_ms: float = 0.0) -> tuple[Serv
     port = free_port()
     delay = ["--echo-delay-ms", str(echo_delay_ms)] if echo_delay_ms else []
     server = ServerProcess(
-        [sys.executable, "-m", "tests.support.fake_upstream", "--port", str(port), *delay],
+        [sys.executable, "-m", "bench.fake_upstream", "--port", str(port), *delay],
         f"http://127.0.0.1:{port}/v1/models",
         log_dir / f"fake-upstream-{port}.log",
     ).start()

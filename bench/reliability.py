@@ -1,4 +1,4 @@
-"""Reliability figures: the fault suite's cases (tests/support/chaos_cases.py) with bigger
+"""Reliability figures: the fault suite's cases (bench/chaos_cases.py) with bigger
 bursts, then a short soak, against one real deployment on loopback (two gateway replicas,
 a private Redis, healthy, faulty and on-demand upstreams).
 
@@ -25,10 +25,10 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import chaos_cases  # noqa: E402
+from bench.chaos import Burst  # noqa: E402
+from bench.chaos_deployment import Deployment, deployment  # noqa: E402
 from bench.soak import soak  # noqa: E402
-from tests.support import chaos_cases  # noqa: E402
-from tests.support.chaos import Burst  # noqa: E402
-from tests.support.chaos_deployment import Deployment, deployment  # noqa: E402
 
 # Burst sizes at --scale 1: the test suite's sizes.
 SIZES: dict[str, dict[str, Any]] = {

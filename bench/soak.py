@@ -1,7 +1,7 @@
 """Soak: steady mixed traffic against two gateway replicas for a bounded time, watching for
 lost requests, latency drift and leaks.
 
-Set-up (tests/support/chaos_deployment.py, all real processes on loopback): two replicas
+Set-up (bench/chaos_deployment.py, all real processes on loopback): two replicas
 sharing a private Redis, MiniLM semantic cache on, a fast fake upstream (`echo`), and an
 on-demand backend (the fake upstream started by each replica, stopped after 2 s idle).
 
@@ -41,8 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.report import emitter  # noqa: E402
-from tests.support.chaos import (  # noqa: E402
+from bench.chaos import (  # noqa: E402
     Burst,
     Shot,
     chat,
@@ -51,7 +50,8 @@ from tests.support.chaos import (  # noqa: E402
     percentile,
     rss_mib,
 )
-from tests.support.chaos_deployment import KEYS, Deployment, deployment  # noqa: E402
+from bench.chaos_deployment import KEYS, Deployment, deployment  # noqa: E402
+from bench.report import emitter  # noqa: E402
 
 BENCH = "soak"
 SAMPLE_EVERY_S = 2.0

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bench.fake_upstream import fake_backend
 from bench.processes import (
     Gateway,
     RedisServer,
@@ -130,20 +131,6 @@ def gateway_factory(tmp_path: Path) -> Iterator[GatewayFactory]:
     yield start
     for gateway in started:
         gateway.stop()
-
-
-def fake_backend(base_url: str, **overrides: Any) -> dict[str, Any]:
-    from tests.support.fake_upstream import MODELS
-
-    backend: dict[str, Any] = {
-        "name": "fake",
-        "kind": "http",
-        "base_url": base_url,
-        "models": list(MODELS),
-        "api_key": "upstream-secret-xyz",
-    }
-    backend.update(overrides)
-    return backend
 
 
 def rich_backend(base_url: str) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from bench.fake_upstream import on_demand_backend
 from bench.processes import Gateway, start_gateway
 from tests.admin.test_admin_api import ADMIN_KEY, admin_client, bearer, error_of
 from tests.conftest import fake_backend, hash_of
-from tests.support.fake_upstream import on_demand_backend
 from tests.warmpool.test_scale_to_zero_e2e import metric
 
 READY = 'gateway_backend_ready_replicas{backend="on-demand"}'

@@ -1,5 +1,5 @@
 """One real deployment for the whole fault suite: two gateway replicas on a private Redis,
-a healthy and a misbehaving upstream (see tests/support/chaos_deployment.py). Every case
+a healthy and a misbehaving upstream (see bench/chaos_deployment.py). Every case
 leaves it as it found it: upstreams and Redis restarted, extra replicas gone."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.chaos_deployment import Deployment, deployment
+from bench.chaos_deployment import Deployment, deployment
 
 
 @pytest.fixture(scope="session")

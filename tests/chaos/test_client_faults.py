@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.support import chaos_cases
-from tests.support.chaos_deployment import Deployment
+from bench import chaos_cases
+from bench.chaos_deployment import Deployment
 
 
 def test_hostile_bodies_get_4xx_never_5xx(live: Deployment) -> None:

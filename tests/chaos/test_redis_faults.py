@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.support import chaos_cases
-from tests.support.chaos_deployment import Deployment
+from bench import chaos_cases
+from bench.chaos_deployment import Deployment
 
 
 def test_redis_stopped_and_restarted_while_traffic_runs(live: Deployment) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.support import chaos_cases
-from tests.support.chaos_deployment import Deployment
+from bench import chaos_cases
+from bench.chaos_deployment import Deployment
 
 
 def test_replica_killed_under_load_clients_retry_on_the_other(live: Deployment) -> None:

@@ -3,8 +3,8 @@ wake (a burst arriving while it dozes) and stop under traffic: no request lost."
 
 from __future__ import annotations
 
-from tests.support import chaos_sleep
-from tests.support.chaos_deployment import Deployment
+from bench import chaos_sleep
+from bench.chaos_deployment import Deployment
 
 
 def test_start_sleep_wake_stop_cycle_loses_no_request(live: Deployment) -> None:

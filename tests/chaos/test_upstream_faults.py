@@ -3,8 +3,8 @@ one answer (the model's, the cache's, or the documented error) and is logged onc
 
 from __future__ import annotations
 
-from tests.support import chaos_cases
-from tests.support.chaos_deployment import Deployment
+from bench import chaos_cases
+from bench.chaos_deployment import Deployment
 
 
 def test_every_upstream_fault_gets_its_documented_answer(live: Deployment) -> None:

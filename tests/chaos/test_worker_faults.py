@@ -3,8 +3,8 @@ serve. (Killed mid-start, staging interrupted, S3 5xx, corrupted objects: tests/
 
 from __future__ import annotations
 
-from tests.support import chaos_cases
-from tests.support.chaos_deployment import Deployment
+from bench import chaos_cases
+from bench.chaos_deployment import Deployment
 
 
 def test_cold_start_then_worker_killed_while_serving(live: Deployment) -> None:

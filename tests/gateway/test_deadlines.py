@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 
 from backends.http import HttpTimeouts, HttpUpstream
 from backends.providers.replicas import Replica
+from bench.fake_upstream import MODELS
 from bench.processes import Gateway, start_gateway
 from gateway.errors import DeadlineExceeded
 from gateway.metrics import Metrics
@@ -35,7 +36,6 @@ from gateway.traffic.scheduler import FairScheduler
 from gateway.usage import TokenUsage
 from tests.conftest import GatewayFactory, fake_backend, hash_of
 from tests.support.aiohttp_server import served
-from tests.support.fake_upstream import MODELS
 
 KEY = "sk-test-deadline-0123456789abcdef"
 BODY_TIMEOUT_S = 1.0

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from bench.fake_upstream import on_demand_backend
 from bench.processes import OPERATOR, RedisServer
 from gateway.events import EventLog, JsonLinesEvents
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.fake_upstream import on_demand_backend
 
 KEY = "sk-test-events-0123456789abcdef"
 LOST = re.compile(r'gateway_events_dropped_total\{kind="(\w+)",reason="(\w+)"\} (\S+)')

@@ -19,9 +19,9 @@ import openai
 import pytest
 import yaml
 
+from bench.fake_upstream import on_demand_backend
 from bench.processes import OPERATOR, Gateway, start_gateway
 from tests.conftest import hash_of
-from tests.support.fake_upstream import on_demand_backend
 
 # Its tests build on one another's starts, timed in wall time (a deadline against the learned
 # start, that start times a margin): the module runs alone.
@@ -36,7 +36,7 @@ CLASS_DEADLINE_S = 1.0  # shorter than any start here: only a held deadline cove
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     work = tmp_path_factory.mktemp("held")
-    command = ["{python}", "-m", "tests.support.fake_upstream", "--port", "{port}"]
+    command = ["{python}", "-m", "bench.fake_upstream", "--port", "{port}"]
     scaling = {"idle_s": 0.5, "last_replica_idle_s": 1.0, "stable_window_s": 1.0}
     config = {
         "state": {"url": "memory", "path": str(work / "state.json")},

@@ -17,9 +17,9 @@ import httpx
 import openai
 
 from backends.worker.tiny_model import write_tiny_chat_model
+from bench.fake_upstream import on_demand_backend
 from bench.processes import OPERATOR, Gateway
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.fake_upstream import on_demand_backend
 
 KEY = "sk-test-coldstart-0123456789"
 

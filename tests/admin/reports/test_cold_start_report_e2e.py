@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import openai
 
+from bench.fake_upstream import on_demand_backend
 from common.redis_client import RedisFactory
 from gateway.admin.reports import ReportQuery, build_report
 from gateway.config_file import load_settings
 from tests.conftest import GatewayFactory, hash_of
-from tests.support.fake_upstream import on_demand_backend
 
 KEY = "sk-test-report-cold-0123456789"
 WAITERS = 3

@@ -28,6 +28,7 @@ import openai
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route, sync_playwright
 
+from bench.fake_upstream import on_demand_backend
 from bench.processes import OPERATOR, Gateway
 from common.redis_client import RedisFactory
 from gateway.admin.reports import ReportQuery, build_report
@@ -37,7 +38,6 @@ from gateway.config_file import load_settings
 from gateway.events import RequestEvent
 from gateway.settings import Price, Settings
 from tests.conftest import GatewayFactory, fake_backend, hash_of
-from tests.support.fake_upstream import on_demand_backend
 
 CHROMIUM = Path("/usr/bin/chromium")
 PHASES = ["staging", "process_start", "weight_load", "ready", "first_byte"]

@@ -1,6 +1,6 @@
 """The fault cases, each run against a live `Deployment` while traffic flows.
 
-Each case sends a burst through the harness (`tests.support.chaos`), injects its fault
+Each case sends a burst through the harness (`bench.chaos`), injects its fault
 while the burst runs, and returns the Burst(s). Checks specific to the case (which status
 each request must get, what the upstream saw, what leaked) raise AssertionError; the
 tests let them fail, bench/reliability.py records them as notes. `n` sizes the bursts.
@@ -18,9 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.processes import OPERATOR
-from gateway.server import HEADERS_TIMEOUT_S
-from tests.support.chaos import (
+from bench.chaos import (
     Burst,
     Shot,
     chat,
@@ -28,7 +26,7 @@ from tests.support.chaos import (
     open_fds,
     wait_logged_once,
 )
-from tests.support.chaos_deployment import (
+from bench.chaos_deployment import (
     KEYS,
     MAX_BODY,
     NEVER_STARTS_MODEL,
@@ -38,6 +36,8 @@ from tests.support.chaos_deployment import (
     restart_upstream,
     upstream_stats,
 )
+from bench.processes import OPERATOR
+from gateway.server import HEADERS_TIMEOUT_S
 
 Expect = frozenset[tuple[int, str | None]]  # the (status, error code) pairs allowed
 OK: Expect = frozenset({(200, None)})
@@ -492,7 +492,7 @@ def held_start_fails(d: Deployment, n: int = 6) -> Burst:
 
 
 def by_name() -> dict[str, Callable[..., Burst | list[Burst]]]:
-    from tests.support.chaos_sleep import sleep_cycles  # it uses this module's helpers
+    from bench.chaos_sleep import sleep_cycles  # it uses this module's helpers
 
     return {
         "upstream-faults": upstream_faults,

@@ -15,10 +15,10 @@ import contextlib
 
 import httpx
 
+from bench.chaos import Burst, Shot, chat, fire, wait_logged_once
+from bench.chaos_cases import OK, check_each, run, tag, wait_until
+from bench.chaos_deployment import KEYS, Deployment
 from bench.processes import OPERATOR
-from tests.support.chaos import Burst, Shot, chat, fire, wait_logged_once
-from tests.support.chaos_cases import OK, check_each, run, tag, wait_until
-from tests.support.chaos_deployment import KEYS, Deployment
 
 MODEL = "sleepy-llm"
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from bench.fake_upstream import MODELS, on_demand_backend
 from bench.processes import (
     Gateway,
     ServerProcess,
@@ -27,7 +28,6 @@ from bench.processes import (
     start_fake_upstream,
     start_gateway,
 )
-from tests.support.fake_upstream import MODELS, on_demand_backend
 
 KEYS = {name: f"sk-test-chaos-{name}-0123456789" for name in ("a", "b", "q", "k")}
 QUOTA_RPM = 40  # requests per minute of tenants `q` and `k`, shared by the replicas

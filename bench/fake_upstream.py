@@ -23,7 +23,7 @@ so an identical cacheable request can fail where another succeeds).
 `max_tokens` sent) and streams that the client abandoned (to check that the gateway
 cancels upstream requests); `GET /_crash` kills the process at once.
 
-Run: python -m tests.support.fake_upstream --port PORT [--echo-delay-ms MS] [--startup-delay-s S]
+Run: python -m bench.fake_upstream --port PORT [--echo-delay-ms MS] [--startup-delay-s S]
 (`--echo-delay-ms`: `echo` answers after that long, as a model would take; `--startup-delay-s`:
 it listens only after that long, as a model server loading its weights)
 """
@@ -59,13 +59,27 @@ MODELS = [
 ]
 
 
+def fake_backend(base_url: str, **overrides: Any) -> dict[str, Any]:
+    """This fake upstream, already running at `base_url`, as an `http` backend serving
+    every model in MODELS (`overrides` replace or add settings)."""
+    backend: dict[str, Any] = {
+        "name": "fake",
+        "kind": "http",
+        "base_url": base_url,
+        "models": list(MODELS),
+        "api_key": "upstream-secret-xyz",
+    }
+    backend.update(overrides)
+    return backend
+
+
 def on_demand_backend(models: list[str], scaling: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """This fake upstream as a `process` backend: a model server the gateway starts on
     demand (from zero replicas, at most one) and stops when idle, as `scaling` says."""
     return {
         "name": "on-demand",
         "kind": "process",
-        "command": ["{python}", "-m", "tests.support.fake_upstream", "--port", "{port}"],
+        "command": ["{python}", "-m", "bench.fake_upstream", "--port", "{port}"],
         "ready_path": "/v1/models",
         "models": models,
         **extra,
