@@ -15,7 +15,7 @@ Set-up, all real processes on loopback (2 cores shared by all of them):
   batches on (state and files in a temp dir), `batches.concurrency` 16 (`--batch-concurrency`):
   the default all-jobs cap, so one job may use it (a job's default of 4 lines leaves the
   engine mostly idle); two tenants, `interactive` (class interactive) and `batch`.
-- interactive traffic (bench/capacity_loadgen.py, its own process, open-loop Poisson): the
+- interactive traffic (bench/loadgen.py, its own process, open-loop Poisson): the
   capacity bench's interactive shape, 32-token prompts, 16 output tokens, streamed,
   `x-request-timeout: 3` (the client gives up at 3.75 s), at 40% of the engine's capacity.
   The capacity is estimated, not searched: bench/capacity.py's search finds the mix's
@@ -103,8 +103,8 @@ from bench.capacity import (  # noqa: E402
     exact_length,
     prompt_text,
 )
-from bench.capacity_loadgen import (  # noqa: E402
-    CapacityLoadGenerator,
+from bench.loadgen import (  # noqa: E402
+    LoadGenerator,
     PhaseResult,
     PhaseSpec,
     Poll,
@@ -358,7 +358,7 @@ class Window:
 
 
 def run_phase(
-    loadgen: CapacityLoadGenerator,
+    loadgen: LoadGenerator,
     gateway: Gateway,
     engine: Engine,
     rate: float,
@@ -383,7 +383,7 @@ def run_phase(
     spec = PhaseSpec(
         gateway.url + CHAT_PATH, duration, duration + drain_s, SEED, [stream], polls=polls
     )
-    return loadgen.run(spec)
+    return loadgen.open(spec)
 
 
 def report_window(window: Window) -> None:
@@ -437,7 +437,7 @@ def batch_view(window: Window, busy: float) -> BatchView:
 @dataclass
 class Setup:
     plan: Plan
-    loadgen: CapacityLoadGenerator
+    loadgen: LoadGenerator
     engine: Engine
     gateway: Gateway
     rate: float
@@ -573,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         work_dir = Path(tmp)
         engine: Engine | None = None
         gateway: Gateway | None = None
-        loadgen = CapacityLoadGenerator()
+        loadgen = LoadGenerator()
         try:
             engine = Engine(
                 work_dir, replace(ENGINE, long_prefill_token_threshold=args.prefill_chunk)

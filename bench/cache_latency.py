@@ -1,10 +1,10 @@
 """Semantic cache latency: hits through the gateway vs a direct call, and lookup throughput.
 
-Through the gateway (`level: gateway`): starts the fake upstream (tests/support/
-fake_upstream.py, model `echo`) and a gateway with the cache on (the `memory` state
-store, so a `LocalCacheStore` snapshotted to `<cache.path>/entries.bin`, and the default
-lookup budget of 50 ms: past it, or when the embedder could not embed the prompt within
-it, a lookup fails open, and `cache_wait_p99_ms` shows whether any request waited longer).
+Through the gateway (`level: gateway`): starts the fake upstream (bench/fake_upstream.py,
+model `echo`) and a gateway with the cache on (the `memory` state store, so a
+`LocalCacheStore` snapshotted to `<cache.path>/entries.bin`, and the default lookup budget
+of 50 ms: past it, or when the embedder could not embed the prompt within it, a lookup
+fails open, and `cache_wait_p99_ms` shows whether any request waited longer).
 With `--embedder onnx,torch` the gateway phase runs once per embedder backend (`embedder`
 in each line: gateway/settings.py `cache.embedder`), one after the other, on the same
 prompts. Before it starts,
@@ -13,7 +13,7 @@ its snapshot file is pre-filled with filler entries in the benchmark's namespace
 candidate), so that the namespace holds `entries` (10k, 100k) entries. Then a few hundred
 real prompts are stored through real requests (misses), and rewordings of them are asked
 once: those the decision serves from the semantic tier, with the stored prompt's answer,
-are the semantic queries. The load generator (bench/cache_latency_loadgen.py, its own
+are the semantic queries. The load generator (bench/loadgen.py, its own
 process, keep-alive, `concurrency` closed-loop workers) then alternates rounds direct /
 gateway / direct / gateway ... for each kind and concurrency (1, 64):
 
@@ -26,7 +26,7 @@ is measured only once its CPU has gone idle after start (`settle_s`): above 20k 
 the sweeper rebuilds the namespace's flat index as HNSW, which takes minutes here. While
 the rounds run, the snapshot file is watched (`snapshot_writes`, `snapshot_busy_fraction`):
 the gateway rewrites the whole file a few seconds after entries change, but after hits
-alone only every few minutes (cache/store.py), and whatever it writes is part of what the
+alone only every few minutes (cache/store_local.py), and whatever it writes is part of what the
 hit latencies include.
 
 In process (`level: component`, bench/cache_latency_component.py, full mode only): the
@@ -123,11 +123,8 @@ import httpx  # noqa: E402
 import orjson  # noqa: E402
 
 from bench import cache_latency_data as data  # noqa: E402
-from bench.cache_latency_loadgen import (  # noqa: E402
-    CacheLoadGenerator,
-    CacheRoundResult,
-    CacheRoundSpec,
-)
+from bench.fake_upstream import fake_backend  # noqa: E402
+from bench.loadgen import LoadGenerator, RoundResult, RoundSpec  # noqa: E402
 from bench.measure import cpu_seconds, percentile  # noqa: E402
 from bench.processes import (  # noqa: E402
     OPERATOR,
@@ -217,8 +214,6 @@ def index_kind(entries: int) -> str:
 def gateway_config(
     upstream_url: str, work_dir: Path, cache_dir: Path, entries: int, embedder: str
 ) -> Any:
-    from tests.conftest import fake_backend
-
     return {
         "state": {"url": "memory", "path": str(work_dir / "state.json")},
         "backends": [fake_backend(upstream_url)],
@@ -412,7 +407,7 @@ class Series:
     embed_texts: float = 0.0
     wall_s: float = 0.0  # the gateway's rounds, as the bench timed them
 
-    def add(self, result: CacheRoundResult) -> None:
+    def add(self, result: RoundResult) -> None:
         self.latencies_ms.extend(result.latencies_ms)
         self.completed += result.completed
         self.seconds += result.duration_s
@@ -431,7 +426,7 @@ class GatewayBench:
     def __init__(
         self,
         plan: Plan,
-        loadgen: CacheLoadGenerator,
+        loadgen: LoadGenerator,
         gateway: Gateway,
         client: Client,
         upstream_url: str,
@@ -454,16 +449,15 @@ class GatewayBench:
         self.failed = False
         self.p50: dict[tuple[str, int], float] = {}
 
-    def _round(self, target: str, kind: str, bodies: list[str], concurrency: int, s: float) -> Any:
+    def _round(
+        self, target: str, kind: str, bodies: list[str], concurrency: int, s: float
+    ) -> RoundResult:
         if target == "direct":
-            spec = CacheRoundSpec(
-                self.direct_url, self.direct_headers, bodies, concurrency, s, None
-            )
+            spec = RoundSpec(self.direct_url, self.direct_headers, bodies, concurrency, s)
         else:
-            spec = CacheRoundSpec(
-                self.gateway_url, self.gateway_headers, bodies, concurrency, s, kind
-            )
-        return self.loadgen.run(spec)
+            url, headers = self.gateway_url, self.gateway_headers
+            spec = RoundSpec(url, headers, bodies, concurrency, s, expect_tier=kind)
+        return self.loadgen.closed(spec)
 
     def run(self, stored: list[str], reworded: list[str]) -> None:
         for concurrency in CONCURRENCIES:
@@ -614,7 +608,7 @@ def gateway_phase(
     plan: Plan,
     work_dir: Path,
     upstream_url: str,
-    loadgen: CacheLoadGenerator,
+    loadgen: LoadGenerator,
     entries: int,
     real: list[StoredEntry] | None,
     prepared: Prepared | None,
@@ -793,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
         work_dir = Path(tmp)
         upstream: ServerProcess | None = None
-        loadgen = CacheLoadGenerator()
+        loadgen = LoadGenerator()
         # The in-process model loads while the first gateway starts (not while measuring).
         models: list[Any] = []
         models_ready = threading.Event()
@@ -859,7 +853,8 @@ def embed_phase(queries: list[str], rounds: int) -> None:
     Variants alternate pass by pass, so the machine's load hits all alike."""
     import torch
 
-    from cache.embedder import SentenceEncoder, load_embedder
+    from cache.embedder import load_embedder
+    from cache.torch_encoder import SentenceEncoder
 
     if not queries:
         return

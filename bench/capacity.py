@@ -15,7 +15,7 @@ Set-up, all real processes on loopback (the machine has 2 cores for all of them)
   generator's lag p99 under 5 ms (`loadgen_lag_p99_ms`, `cpu_cores` say so for every
   phase). One engine serves every phase; between phases it is left to go idle (requests
   still open when a phase ends are cut, which aborts them) and after a change restored.
-- the mix, open-loop Poisson arrivals (bench/capacity_loadgen.py, its own process; the same
+- the mix, open-loop Poisson arrivals (bench/loadgen.py, its own process; the same
   arrival times for every mode at a given load: seeds per load and stream):
     interactive  tenant `interactive`, class interactive: 32-token prompts (128 characters),
                  16 output tokens, streamed; 60% of capacity at load 1
@@ -178,16 +178,16 @@ from backends.local_vllm import (  # noqa: E402
     environment,
 )
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model  # noqa: E402
-from bench.capacity_loadgen import (  # noqa: E402
+from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
+from bench.loadgen import (  # noqa: E402
     Action,
-    CapacityLoadGenerator,
+    LoadGenerator,
     PhaseResult,
     PhaseSpec,
     Poll,
     Record,
     StreamSpec,
 )
-from bench.fake_engine import EngineParams, steady_capacity  # noqa: E402
 from bench.measure import cpu_seconds, percentile, ratio_interval  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
 from bench.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
@@ -702,7 +702,7 @@ class Bench:
     def __init__(
         self,
         plan: Plan,
-        loadgen: CapacityLoadGenerator,
+        loadgen: LoadGenerator,
         engine: Engine,
         records_dir: Path | None = None,
         capacity_rps: float | None = None,
@@ -750,7 +750,7 @@ class Bench:
         )
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         began = time.monotonic()
-        result = self.loadgen.run(spec)
+        result = self.loadgen.open(spec)
         took = time.monotonic() - began
         cores = {name: (cpu_seconds(pid) - before[name]) / took for name, pid in pids.items()}
         cores["loadgen"] = result.cpu_s / result.wall_s if result.wall_s else float("nan")
@@ -1311,7 +1311,7 @@ def main(argv: list[str] | None = None) -> int:
         work_dir = Path(tmp)
         engine: Engine | None = None
         gateways: dict[str, Gateway] = {}
-        loadgen = CapacityLoadGenerator()
+        loadgen = LoadGenerator()
         try:
             engine = Engine(work_dir)
             loadgen.start()

@@ -1,18 +1,22 @@
-"""A closed-loop HTTP load generator that runs in its own process.
+"""The benchmarks' HTTP load generator, in its own process: closed and open loop.
 
-The benchmark starts it once (`LoadGenerator`) and sends it rounds over a pipe; the child
+A benchmark starts it once (`LoadGenerator`) and sends it work over a pipe; the child
 keeps one aiohttp `ClientSession` (keep-alive connections) for its whole life, so
-connections to each target are reused from round to round.
+connections to each target are reused from one round or phase to the next.
 
-A round: `concurrency` workers each send one unmeasured request (to open or check their
-connection), wait for the others, then POST the same pre-serialised body back to back
-until `duration_s` has passed. Each request is timed with `perf_counter` from just before
-it is sent until the whole body (all of the SSE stream, when streaming) has been read, and
-until its body's first bytes arrived (for a stream, its time to first token).
+- `closed(RoundSpec) -> RoundResult` (bench/loadgen_closed.py): `concurrency` workers
+  POST back to back for `duration_s`, cycling through the round's bodies; whole answers
+  or SSE streams (which must end with `data: [DONE]`), times to first bytes, and, for a
+  cache, only the answers of an expected `x-cache-tier` counted (the others by label) and
+  the `Server-Timing` cache waits.
+- `open(PhaseSpec) -> PhaseResult` (bench/loadgen_open.py): Poisson arrivals drawn in
+  advance per stream, each request with its stream's body, `x-request-timeout` and client
+  timeout, streamed or not; one `Record` per request, plus timed actions, polls, a
+  cut-off and kept response headers.
 
-Protocol (one JSON object a line): the parent writes
-`{"url", "headers", "body", "concurrency", "duration_s", "stream"}` to the child's stdin,
-the child answers with a `RoundResult` as JSON on its stdout. EOF on stdin ends the child.
+Protocol (one JSON object a line): the parent writes `{"closed": RoundSpec}` or
+`{"open": PhaseSpec}` to the child's stdin, the child answers with the `RoundResult` or
+`PhaseResult` as JSON on its stdout. EOF on stdin ends the child.
 
 Run `python -m bench.loadgen` only through `LoadGenerator`.
 """
@@ -23,48 +27,41 @@ import asyncio
 import signal
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
 import orjson
 
+from bench.loadgen_closed import RoundResult, RoundSpec, run_round
+from bench.loadgen_open import (
+    Action,
+    PhaseResult,
+    PhaseSpec,
+    Poll,
+    Record,
+    StreamSpec,
+    run_phase,
+)
+
+__all__ = [
+    "Action",
+    "LoadGenerator",
+    "PhaseResult",
+    "PhaseSpec",
+    "PipedChild",
+    "Poll",
+    "Record",
+    "RoundResult",
+    "RoundSpec",
+    "StreamSpec",
+]
+
 ROOT = Path(__file__).resolve().parents[1]
-
-_DONE = b"data: [DONE]"
-
-
-@dataclass(frozen=True)
-class RoundSpec:
-    url: str
-    headers: dict[str, str]
-    body: str
-    concurrency: int
-    duration_s: float
-    stream: bool
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    """What one round measured (times in seconds unless the name says otherwise)."""
-
-    completed: int  # requests that finished successfully within duration_s
-    errors: int  # failed requests (status not 200, bad stream end, exceptions)
-    first_error: str | None
-    duration_s: float  # the measured window
-    latencies_ms: list[float]  # every successful measured request, including the last ones
-    cpu_s: float  # the load generator's own CPU time during the measured window
-    first_byte_ms: list[float]  # the same requests: until the body's first bytes
-
-    @property
-    def rps(self) -> float:
-        return self.completed / self.duration_s if self.duration_s > 0 else 0.0
 
 
 class PipedChild:
     """`python -m MODULE` as a child process that answers each JSON line on its stdin with
-    one JSON line on its stdout; EOF on stdin ends it. The load generators' parent side."""
+    one JSON line on its stdout; EOF on stdin ends it. The load generator's parent side."""
 
     def __init__(self, module: str, stop_timeout_s: float = 10.0) -> None:
         self._module = module
@@ -114,119 +111,46 @@ class PipedChild:
 
 
 class LoadGenerator(PipedChild):
-    """The parent's handle on a load-generator child process."""
+    """The parent's handle on the load-generator child process."""
 
     def __init__(self) -> None:
-        super().__init__("bench.loadgen")
+        super().__init__("bench.loadgen", stop_timeout_s=15)
 
-    def run(self, spec: RoundSpec) -> RoundResult:
-        return RoundResult(**orjson.loads(self.ask(orjson.dumps(spec.__dict__))))
+    def closed(self, spec: RoundSpec) -> RoundResult:
+        """One closed-loop round."""
+        return RoundResult.from_json(self.ask(orjson.dumps({"closed": spec})))
+
+    def open(self, spec: PhaseSpec) -> PhaseResult:
+        """One open-loop phase."""
+        return PhaseResult.from_json(self.ask(orjson.dumps({"open": spec})))
 
 
 # --- the child process -------------------------------------------------------------------
 
 
-class _Round:
-    def __init__(self, session: Any, spec: RoundSpec) -> None:
-        self.session = session
-        self.spec = spec
-        self.body = spec.body.encode()
-        self.latencies: list[float] = []
-        self.first_bytes: list[float] = []
-        self.completed = 0
-        self.errors = 0
-        self.first_error: str | None = None
-        self.start = 0.0
-        self.deadline = 0.0
-
-    async def _one(self) -> float | None:
-        """When the body's first bytes came (perf_counter); None if the request failed."""
-        async with self.session.post(
-            self.spec.url, data=self.body, headers=self.spec.headers
-        ) as response:
-            first = await response.content.readany()
-            first_at = time.perf_counter()
-            content = first + await response.read()
-            if response.status != 200:
-                self._error(f"HTTP {response.status}: {content[:200]!r}")
-                return None
-            if self.spec.stream and _DONE not in content[-32:]:
-                self._error(f"stream did not end with [DONE]: {content[-200:]!r}")
-                return None
-        return first_at
-
-    def _error(self, message: str) -> None:
-        self.errors += 1
-        if self.first_error is None:
-            self.first_error = message
-
-    async def warm_up(self) -> None:
-        for _ in range(3):  # a kept-alive connection the server closed fails once
-            try:
-                if await self._one() is not None:
-                    return
-            except Exception as exc:
-                self._error(f"warm-up: {exc!r}")
-        raise RuntimeError(f"warm-up failed: {self.first_error}")
-
-    async def measure(self) -> None:
-        latencies, deadline, one = self.latencies, self.deadline, self._one
-        first_bytes = self.first_bytes
-        perf_counter = time.perf_counter
-        while True:
-            sent = perf_counter()
-            if sent >= deadline:
-                return
-            try:
-                first_at = await one()
-            except Exception as exc:
-                self._error(repr(exc))
-                continue
-            done = perf_counter()
-            if first_at is not None:
-                latencies.append((done - sent) * 1000.0)
-                first_bytes.append((first_at - sent) * 1000.0)
-                if done <= deadline:
-                    self.completed += 1
-
-
-async def _run_round(session: Any, spec: RoundSpec) -> RoundResult:
-    state = _Round(session, spec)
-    # All warm-ups at once, so that `concurrency` connections are open before the clock starts.
-    await asyncio.gather(*(state.warm_up() for _ in range(spec.concurrency)))
-    state.errors, state.first_error = 0, None  # warm-up retries are not counted
-    cpu_before = time.process_time()
-    state.start = time.perf_counter()
-    state.deadline = state.start + spec.duration_s
-    await asyncio.gather(*(state.measure() for _ in range(spec.concurrency)))
-    cpu = time.process_time() - cpu_before
-    return RoundResult(
-        completed=state.completed,
-        errors=state.errors,
-        first_error=state.first_error,
-        duration_s=spec.duration_s,
-        latencies_ms=state.latencies,
-        cpu_s=cpu,
-        first_byte_ms=state.first_bytes,
-    )
+async def _answer(session: Any, request: dict[str, Any]) -> bytes:
+    if "closed" in request:
+        return orjson.dumps(await run_round(session, RoundSpec(**request["closed"])))
+    if "open" in request:
+        return (await run_phase(session, PhaseSpec.from_dict(request["open"]))).to_json()
+    raise ValueError(f"neither a closed round nor an open phase: {sorted(request)}")
 
 
 async def _serve() -> None:
     import aiohttp
 
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    reader = asyncio.StreamReader(limit=256 * 2**20)  # a phase may carry every body
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
     async with aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(total=60),
+        # Closed rounds' requests; open phases' requests, actions and polls set their own.
+        timeout=aiohttp.ClientTimeout(total=120),
         skip_auto_headers=("User-Agent",),
     ) as session:
         while line := await reader.readline():
-            spec = RoundSpec(**orjson.loads(line))
-            result = await _run_round(session, spec)
-            sys.stdout.buffer.write(orjson.dumps(result.__dict__) + b"\n")
+            sys.stdout.buffer.write(await _answer(session, orjson.loads(line)) + b"\n")
             sys.stdout.buffer.flush()
 
 

@@ -17,8 +17,11 @@ Set-up, all real processes on loopback:
                  share at load 2, 10x at 2.8, 21x at 5 (10% of capacity when unloaded)
   `load` is the total offered rate as a multiple of capacity: 0.5 ("unloaded", the
   baseline for p99_ratio_vs_unloaded), then 2 and 5 (and 2.8 in the full run). Arrivals
-  are open-loop Poisson (bench/overload_loadgen.py, its own process; the same arrival
+  are open-loop Poisson (bench/loadgen.py's open loop, its own process; the same arrival
   times in both modes): refused requests are not retried, so the offered load stays put.
+  A seed's arrival times changed on 2026-12-06, with the move to the shared load
+  generator: each tenant's now come from its own generator, seeded with (seed, its index),
+  where before all three were drawn from one; runs from before that date saw other ones.
 - deadlines, by class: interactive requests send `x-request-timeout: 1` and give up at
   1.25 s; batch-class ones send 2 and give up at 2.5 s. A client timeout therefore means
   the gateway neither answered nor refused within the deadline it was given.
@@ -139,14 +142,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
+from bench.loadgen import LoadGenerator, PhaseResult, PhaseSpec, Record, StreamSpec  # noqa: E402
 from bench.measure import cpu_seconds, percentile  # noqa: E402
-from bench.overload_loadgen import (  # noqa: E402
-    OpenLoopGenerator,
-    PhaseResult,
-    PhaseSpec,
-    Record,
-    StreamSpec,
-)
 from bench.processes import Gateway, ServerProcess, free_port, start_gateway  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 
@@ -167,6 +164,9 @@ TENANTS = ("interactive", "batch", "noisy")
 KEYS = {name: f"sk-bench-{name}-" + "0" * 32 for name in TENANTS}
 # (x-request-timeout, client timeout) by class
 DEADLINES = {"interactive": (1.0, 1.25), "batch": (2.0, 2.5)}
+# How long after its last arrival a phase waits: well past the longest client timeout, so
+# that every request ends on its own (answered, refused or given up), none is cut.
+CUTOFF_AFTER_S = 5.0 + max(client_s for _, client_s in DEADLINES.values())
 
 
 @dataclass(frozen=True)
@@ -352,8 +352,13 @@ def streams(rates: dict[str, float], classes: dict[str, str], header: bool) -> l
     for tenant, rate in rates.items():
         header_s, client_s = DEADLINES[classes[tenant]]
         rps = rate * CAPACITY_RPS
-        result.append(StreamSpec(tenant, KEYS[tenant], rps, header_s if header else None, client_s))
+        sent_s = header_s if header else None
+        result.append(StreamSpec(tenant, KEYS[tenant], rps, BODY, False, sent_s, client_s))
     return result
+
+
+def phase_spec(url: str, seconds: float, seed: int, streams: list[StreamSpec]) -> PhaseSpec:
+    return PhaseSpec(url, seconds, seconds + CUTOFF_AFTER_S, seed, streams)
 
 
 class WindowProbe:
@@ -405,7 +410,11 @@ class Phase:
     def of(self, tenants: Iterable[str], *, windowed: bool = True) -> list[Record]:
         wanted = {self.tenants.index(t) for t in tenants}
         low, high = self.window
-        return [r for r in self.records if r[0] in wanted and (not windowed or low <= r[1] < high)]
+        return [
+            r
+            for r in self.records
+            if r.stream in wanted and (not windowed or low <= r.sent_s < high)
+        ]
 
     def goodput_rps(self, tenants: Iterable[str]) -> float:
         """Answers 200 that completed inside the window, per second."""
@@ -413,7 +422,7 @@ class Phase:
         done = [
             r
             for r in self.of(tenants, windowed=False)
-            if r[3] == 200 and low <= r[1] + r[2] / 1e3 < high
+            if r.status == 200 and low <= r.sent_s + r.latency_ms / 1e3 < high
         ]
         return len(done) / (high - low)
 
@@ -423,23 +432,23 @@ def by_reason(records: list[Record]) -> dict[str, list[float]]:
     reasons: dict[str, list[float]] = {}
     for r in records:
         if is_refusal(r):
-            reasons.setdefault(str(r[4]), []).append(r[2])
+            reasons.setdefault(str(r.code), []).append(r.latency_ms)
     return reasons
 
 
 def is_refusal(record: Record) -> bool:
-    return record[3] in (429, 503)
+    return record.status in (429, 503)
 
 
 def unexpected(record: Record) -> bool:
-    return record[3] not in (200, 429, 503) and not record[5]
+    return record.status not in (200, 429, 503) and not record.timed_out
 
 
 def report_other_answers(records: list[Record], **params: Any) -> list[Record]:
     """Emits `other_answers` (in all, then by status and code); returns those records."""
     odd = [r for r in records if unexpected(r)]
     emit("other_answers", len(odd), "requests", status="all", code="all", **params)
-    counts = Counter((r[3], str(r[4])) for r in odd)
+    counts = Counter((r.status, str(r.code)) for r in odd)
     for (status, code), count in sorted(counts.items()):
         emit("other_answers", count, "requests", status=status, code=code, **params)
     return odd
@@ -449,7 +458,7 @@ class Scenario:
     def __init__(
         self,
         plan: Plan,
-        loadgen: OpenLoopGenerator,
+        loadgen: LoadGenerator,
         upstream: Upstream,
         gateways: dict[str, Gateway],
         noisy_class: str,
@@ -475,17 +484,16 @@ class Scenario:
         else:
             warm, measure = plan.warm_s, plan.measure_s
         self.upstream.reset()
-        spec = PhaseSpec(
-            url=gateway.base_url + CHAT_PATH,
-            body=BODY,
-            duration_s=warm + measure,
-            seed=int(load * 100),  # both modes see the same arrivals
-            streams=streams(offered(load), self.classes, header=mode != "off"),
+        spec = phase_spec(
+            gateway.base_url + CHAT_PATH,
+            warm + measure,
+            int(load * 100),  # both modes see the same arrivals
+            streams(offered(load), self.classes, header=mode != "off"),
         )
         assert gateway.server.process is not None
         probe = WindowProbe(self.upstream, gateway.server.process.pid, (warm, warm + measure))
         probe.start()
-        result = self.loadgen.run(spec)
+        result = self.loadgen.open(spec)
         return Phase(
             result.records,
             [s.tenant for s in spec.streams],
@@ -517,7 +525,7 @@ class Scenario:
         overall = {"tenant": "all", "class": "all", **common}
         emit("jain_fairness", fairness, "ratio", **overall)
         served = phase.upstream["served"]
-        answered = sum(1 for r in phase.records if r[3] == 200)
+        answered = sum(1 for r in phase.records if r.status == 200)
         wasted = max(0, served - answered) / served if served else float("nan")
         emit("upstream_wasted_share", wasted, "ratio", **overall)
         emit("upstream_max_queued", phase.upstream["max_queued"], "requests", **overall)
@@ -555,9 +563,9 @@ class Scenario:
         tenant, klass = params["tenant"], params["class"]
         name = tenant if tenant != "all" else "all" if klass == "all" else f"class:{klass}"
         sent = phase.of(members)
-        ok = [r[2] for r in sent if r[3] == 200]
-        refused = [r[2] for r in sent if is_refusal(r)]
-        timeouts = sum(1 for r in phase.of(members, windowed=False) if r[5])
+        ok = [r.latency_ms for r in sent if r.status == 200]
+        refused = [r.latency_ms for r in sent if is_refusal(r)]
+        timeouts = sum(1 for r in phase.of(members, windowed=False) if r.timed_out)
         low, high = phase.window
         goodput = phase.goodput_rps(members) / CAPACITY_RPS
         p50, p99 = percentile(ok, 50), percentile(ok, 99)
@@ -626,7 +634,7 @@ class Scenario:
 
 
 def retry_storm(
-    loadgen: OpenLoopGenerator,
+    loadgen: LoadGenerator,
     upstream: Upstream,
     gateway: Gateway,
     rates: Iterable[float],
@@ -638,11 +646,10 @@ def retry_storm(
     header_s, client_s = DEADLINES["interactive"]
     for failure_rate in rates:
         upstream.reset(failure_rate)
-        stream = StreamSpec(
-            "interactive", KEYS["interactive"], STORM_LOAD * CAPACITY_RPS, header_s, client_s
-        )
+        key, rate = KEYS["interactive"], STORM_LOAD * CAPACITY_RPS
+        stream = StreamSpec("interactive", key, rate, BODY, False, header_s, client_s)
         seed += 1
-        result = loadgen.run(PhaseSpec(gateway.base_url + CHAT_PATH, BODY, seconds, seed, [stream]))
+        result = loadgen.open(phase_spec(gateway.base_url + CHAT_PATH, seconds, seed, [stream]))
         stats = upstream.stats()
         incoming = len(result.records)
         params = {
@@ -653,8 +660,8 @@ def retry_storm(
         }
         attempts = stats["attempts"] / incoming if incoming else float("nan")
         naive = 1 + failure_rate + failure_rate**2
-        success = sum(1 for r in result.records if r[3] == 200) / incoming if incoming else 0.0
-        timeouts = sum(1 for r in result.records if r[5])
+        success = sum(1 for r in result.records if r.status == 200) / incoming if incoming else 0.0
+        timeouts = sum(1 for r in result.records if r.timed_out)
         emit("attempts_per_request", attempts, "ratio", **params)
         emit("naive_attempts_per_request", naive, "ratio", **params)
         emit("success_share", success, "ratio", **params)
@@ -684,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         work_dir = Path(tmp)
         server: ServerProcess | None = None
         gateways: dict[str, Gateway] = {}
-        loadgen = OpenLoopGenerator()
+        loadgen = LoadGenerator()
         try:
             server, upstream_url = start_upstream(work_dir)
             upstream = Upstream(upstream_url)

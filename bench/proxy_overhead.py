@@ -1,7 +1,7 @@
 """What the gateway adds to a request: direct calls to a fast upstream vs calls through it,
 and vs calls through a skeleton proxy.
 
-Starts the fake upstream (tests/support/fake_upstream.py, model `echo`), a gateway in front
+Starts the fake upstream (bench/fake_upstream.py, model `echo`), a gateway in front
 of it and the skeleton (bench/skeleton_proxy.py: a raw ASGI app served with the gateway's
 uvicorn settings, in its own process, that checks the bearer key, counts the request and
 relays the body unparsed through a pooled aiohttp session: about the least a Python proxy
@@ -79,6 +79,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
+from bench.fake_upstream import fake_backend  # noqa: E402
 from bench.loadgen import LoadGenerator, RoundResult, RoundSpec  # noqa: E402
 from bench.measure import cpu_seconds, percentile  # noqa: E402
 from bench.processes import (  # noqa: E402
@@ -159,8 +160,6 @@ def chat_body(stream: bool) -> str:
 
 
 def gateway_config(upstream_url: str, work_dir: Path, mode: str = "adaptive") -> dict[str, Any]:
-    from tests.conftest import fake_backend
-
     return {
         "state": {"url": "memory", "path": str(work_dir / "state.json")},
         "backends": [fake_backend(upstream_url, concurrency={"mode": mode})],
@@ -230,9 +229,9 @@ class Bench:
         self, target: str, concurrency: int, stream: bool, seconds: float
     ) -> tuple[RoundResult, float]:
         url, headers, pid = self.targets[target]
-        spec = RoundSpec(url, headers, chat_body(stream), concurrency, seconds, stream)
+        spec = RoundSpec(url, headers, [chat_body(stream)], concurrency, seconds, stream)
         cpu_before = cpu_seconds(pid) if pid is not None else 0.0
-        result = self.loadgen.run(spec)
+        result = self.loadgen.closed(spec)
         return result, cpu_seconds(pid) - cpu_before if pid is not None else 0.0
 
     def combination(self, concurrency: int, stream: bool) -> None:

@@ -7,7 +7,7 @@ Set-up, all real processes on loopback:
 - the engine: vLLM's CPU build (`make engine`, backends/local_vllm.py: the 17M-parameter
   random Llama, `--scheduling-policy priority`, prefix caching on, as a user runs it), or
   with `--engine fake` bench/fake_engine.py (a modelled A100, fast to start);
-- the mix, open-loop Poisson arrivals (bench/capacity_loadgen.py, its own process), three
+- the mix, open-loop Poisson arrivals (bench/loadgen.py, its own process), three
   tenants: `interactive` (class interactive, streamed, a conversation-like mix) and `batch`
   and `noisy` (class batch, whole answers, a code-like mix: long prompts, short answers).
   Lengths are heavy-tailed: lognormal, clipped to the model's 1,024 tokens (`MIX`), shaped
@@ -155,8 +155,8 @@ from bench.capacity import (  # noqa: E402
 )
 from bench.capacity import capacity_view as first_backend_view  # noqa: E402
 from bench.capacity import gateway_config as capacity_gateway_config  # noqa: E402
-from bench.capacity_loadgen import (  # noqa: E402
-    CapacityLoadGenerator,
+from bench.loadgen import (  # noqa: E402
+    LoadGenerator,
     PhaseResult,
     PhaseSpec,
     Poll,
@@ -713,7 +713,7 @@ class Bench:
         self.modes = modes
         self.bodies = Bodies(kind)
         self.engine: Engine | None = None
-        self.loadgen: CapacityLoadGenerator | None = None
+        self.loadgen: LoadGenerator | None = None
         self.gateways: dict[str, list[Gateway]] = {}
         self.results: dict[tuple[int, str, float], Figures] = {}  # (seed, mode, load)
         self.bound_rps = bound_rps
@@ -730,7 +730,7 @@ class Bench:
         self.engine = Engine(self.kind, self.work_dir, extra)
         if pin:
             os.sched_setaffinity(0, set(cpus[1:]))
-        self.loadgen = CapacityLoadGenerator().start()
+        self.loadgen = LoadGenerator().start()
 
     def stop(self) -> None:
         for replicas in self.gateways.values():
@@ -772,7 +772,7 @@ class Bench:
             polls=polls,
             urls=urls,
         )
-        result = self.loadgen.run(spec)
+        result = self.loadgen.open(spec)
         self.engine.wait_idle()
         wait_gateways_idle(replicas)
         return Phase(result, [s.tenant for s in specs], (duration_s - window_s, duration_s))

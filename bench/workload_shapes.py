@@ -1,6 +1,6 @@
 """Workload shapes (issue 14): model fallbacks and degradation under overload, measured
 under open-loop load. All real processes on loopback; arrivals are open-loop Poisson
-(bench/capacity_loadgen.py, its own process, which also keeps the answers' `x-model-fallback`
+(bench/loadgen.py, its own process, which also keeps the answers' `x-model-fallback`
 and `x-degraded` headers); refusals are not retried.
 
 Scenario `fallback` (README "Model fallbacks"): a gateway with two backends, each an
@@ -180,15 +180,15 @@ from bench.capacity import (  # noqa: E402
     unexpected,
     wait_gateway_idle,
 )
-from bench.capacity_loadgen import (  # noqa: E402
-    CapacityLoadGenerator,
+from bench.fake_engine import EngineParams  # noqa: E402
+from bench.loadgen import (  # noqa: E402
+    LoadGenerator,
     PhaseResult,
     PhaseSpec,
     Poll,
     Record,
     StreamSpec,
 )
-from bench.fake_engine import EngineParams  # noqa: E402
 from bench.measure import percentile  # noqa: E402
 from bench.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
@@ -462,7 +462,7 @@ class Counted:
 
 
 class FallbackBench:
-    def __init__(self, plan: Plan, loadgen: CapacityLoadGenerator, secondary: overload.Upstream):
+    def __init__(self, plan: Plan, loadgen: LoadGenerator, secondary: overload.Upstream):
         self.plan = plan
         self.loadgen = loadgen
         self.secondary = secondary
@@ -507,7 +507,7 @@ class FallbackBench:
         timer = threading.Timer(plan.kill_at_s, kill) if kill is not None else None
         if timer is not None:
             timer.start()
-        result = self.loadgen.run(spec)
+        result = self.loadgen.open(spec)
         if timer is not None:
             timer.join()
         time.sleep(0.2)  # attempts still closing
@@ -762,9 +762,7 @@ def served_by(phase: Phase, indexes: list[int], model: str) -> int:
 
 
 class DegradeBench:
-    def __init__(
-        self, plan: Plan, loadgen: CapacityLoadGenerator, engines: dict[str, Engine]
-    ) -> None:
+    def __init__(self, plan: Plan, loadgen: LoadGenerator, engines: dict[str, Engine]) -> None:
         self.plan = plan
         self.loadgen = loadgen
         self.engines = engines
@@ -829,7 +827,7 @@ class DegradeBench:
             ],
             headers=[DEGRADED_HEADER],
         )
-        result = self.loadgen.run(spec)
+        result = self.loadgen.open(spec)
         for engine in engines.values():
             engine.wait_idle()
         wait_gateway_idle(gateway)
@@ -952,7 +950,7 @@ def check_answers(outages: list[Outage], degrade: dict[str, Gateway]) -> None:
 
 def measure(plan: Plan, scenarios: set[str], work_dir: Path, servers: list[ServerProcess]) -> None:
     gateways: dict[str, Gateway] = {}
-    loadgen = CapacityLoadGenerator()
+    loadgen = LoadGenerator()
     try:
         configs: dict[str, dict[str, Any]] = {}
         primaries: dict[float, ServerProcess] = {}

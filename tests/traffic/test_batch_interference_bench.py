@@ -16,7 +16,7 @@ from bench.batch_interference import (
     progress_series,
 )
 from bench.batch_interference import batch_file as make_batch_file
-from bench.capacity_loadgen import Record
+from bench.loadgen import Record
 
 
 def test_batch_file_lines_are_distinct_requests_of_the_batch_shape() -> None:
@@ -46,8 +46,8 @@ def test_busy_until_is_the_first_poll_with_every_line_done() -> None:
 
 
 def test_in_window_keeps_requests_sent_in_it() -> None:
-    records: list[Record] = [(0, t, 1.0, 2.0, 200, None, False, 16) for t in (0.5, 1.0, 2.0)]
-    assert [r[1] for r in in_window(records, (1.0, 2.0))] == [1.0]
+    records = [Record(0, t, 1.0, 2.0, 200, None, False, 16) for t in (0.5, 1.0, 2.0)]
+    assert [r.sent_s for r in in_window(records, (1.0, 2.0))] == [1.0]
 
 
 def test_the_backend_is_told_the_engine_chunk_unless_unaware() -> None:

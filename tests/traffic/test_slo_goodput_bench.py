@@ -1,4 +1,4 @@
-"""The pure parts of bench/slo_goodput.py and what it asks of the capacity load generator."""
+"""The pure parts of bench/slo_goodput.py and what it asks of the open-loop load generator."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import statistics
 
 import orjson
 
-from bench.capacity_loadgen import PhaseResult, PhaseSpec, Record, StreamSpec, _plan
+from bench.loadgen import PhaseResult, PhaseSpec, Record, StreamSpec
+from bench.loadgen_open import _plan
 from bench.slo_goodput import (
     MIX,
     TPOT_MIN_TOKENS,
@@ -26,7 +27,8 @@ OBJECTIVE = Objective(ttft_ms=100.0, tpot_ms=10.0)
 
 
 def record(first_ms: float, latency_ms: float, tokens: int, status: int = 200) -> Record:
-    return (0, 1.0, first_ms, latency_ms, status, None if status == 200 else "x", False, tokens)
+    code = None if status == 200 else "x"
+    return Record(0, 1.0, first_ms, latency_ms, status, code, False, tokens)
 
 
 def test_lengths_are_heavy_tailed_clipped_and_replayed_by_seed() -> None:
@@ -81,11 +83,11 @@ def test_overload_goes_to_the_noisy_tenant() -> None:
 
 def test_slo_goodput_counts_the_window_and_compares_with_bare() -> None:
     records = [
-        (0, 0.5, 50.0, 500.0, 200, None, False, 10),  # before the window: not counted
-        (0, 1.0, 50.0, 500.0, 200, None, False, 10),
-        (0, 1.5, 150.0, 500.0, 200, None, False, 10),  # first token too late
-        (1, 1.5, 800.0, 800.0, 200, None, False, 10),
-        (1, 2.5, 1.0, 1.0, 503, "shed", False, 0),
+        Record(0, 0.5, 50.0, 500.0, 200, None, False, 10),  # before the window: not counted
+        Record(0, 1.0, 50.0, 500.0, 200, None, False, 10),
+        Record(0, 1.5, 150.0, 500.0, 200, None, False, 10),  # first token too late
+        Record(1, 1.5, 800.0, 800.0, 200, None, False, 10),
+        Record(1, 2.5, 1.0, 1.0, 503, "shed", False, 0),
     ]
     phase = Phase(PhaseResult(records=records), ["interactive", "batch"], (1.0, 3.0))
     assert phase.slo_goodput(OBJECTIVE) == 1.0

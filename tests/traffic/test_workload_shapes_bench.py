@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from bench.capacity import MODEL, capacity_view, engine_flags
-from bench.capacity_loadgen import PhaseResult, Record
 from bench.fake_engine import EngineParams, steady_capacity
+from bench.loadgen import PhaseResult, Record
 from bench.workload_shapes import (
     BATCH,
     DEGRADES,
@@ -115,11 +115,11 @@ def phase_of(
 
 
 def test_phase_windows_by_send_time_and_by_completion() -> None:
-    records: list[Record] = [
-        (0, 0.5, 10.0, 600.0, 200, None, False, 16),  # sent before, done in the window
-        (1, 1.5, 900.0, 900.0, 200, None, False, 64),  # sent and done in it
-        (1, 2.5, 900.0, 900.0, 200, None, False, 256),  # sent in it, done after
-        (1, 2.0, 1.0, 1.0, 503, "overloaded", False, 0),
+    records = [
+        Record(0, 0.5, 10.0, 600.0, 200, None, False, 16),  # sent before, done in the window
+        Record(1, 1.5, 900.0, 900.0, 200, None, False, 64),  # sent and done in it
+        Record(1, 2.5, 900.0, 900.0, 200, None, False, 256),  # sent in it, done after
+        Record(1, 2.0, 1.0, 1.0, 503, "overloaded", False, 0),
     ]
     phase = phase_of(records, [[None], ["max_tokens=64"], [None], [None]])
     assert phase.sent() == [1, 2, 3]
@@ -130,7 +130,7 @@ def test_phase_windows_by_send_time_and_by_completion() -> None:
 
 
 def test_phase_without_kept_headers_reads_none() -> None:
-    phase = phase_of([(0, 1.5, 1.0, 2.0, 200, None, False, 16)], [])
+    phase = phase_of([Record(0, 1.5, 1.0, 2.0, 200, None, False, 16)], [])
     assert phase.header(0) is None
 
 
@@ -171,7 +171,7 @@ def test_served_by_reads_the_model_action_of_the_degraded_header() -> None:
         [None],
         [f"model={SMALL_MODEL}-other"],
     ]
-    records: list[Record] = [(1, 1.5, 1.0, 2.0, 200, None, False, 256)] * len(headers)
+    records = [Record(1, 1.5, 1.0, 2.0, 200, None, False, 256)] * len(headers)
     phase = phase_of(records, headers)
     assert served_by(phase, [0, 1, 2, 3, 4], SMALL_MODEL) == 2
     assert served_by(phase, [2, 3], SMALL_MODEL) == 0

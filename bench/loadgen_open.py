@@ -1,13 +1,20 @@
-"""An open-loop load generator for bench/capacity.py, in its own process.
+"""The open loop of bench/loadgen.py: a phase's spec, its result, and the child's side.
 
-Like bench/overload_loadgen.py (Poisson arrivals drawn in advance, refusals not retried,
-each request with its stream's `x-request-timeout` and its own client timeout), with what
-the capacity benchmark needs besides:
+Open loop: each stream (a tenant's traffic) sends at Poisson arrival times drawn in advance
+from its rate, whether or not earlier requests have been answered, so an overloaded server
+faces the whole offered load (a closed loop would slow down with it and hide the overload).
+Refused requests are not retried and Retry-After is not honoured: arrivals stay independent.
+Each stream's arrivals come from its own generator seeded with (seed, stream index), so the
+same seed and rate give the same arrival times whatever the other streams are.
 
-- each stream has its own body and may stream (SSE): a streamed request is timed until its
-  body's first bytes (the engine sends its first chunk with the first token, and the
-  gateway relays a stream only once the upstream's first bytes are in: time to first
-  token on both paths) and until its end, which must be `data: [DONE]`;
+Each request carries its stream's `x-request-timeout` header and has its own client timeout
+(aiohttp's total timeout, slightly above the header): a request the server has neither
+answered nor refused by then is given up and counted as a client timeout. Besides:
+
+- each stream has its own body (or bodies, by arrival) and may stream (SSE): a streamed
+  request is timed until its body's first bytes (the engine sends its first chunk with the
+  first token, and the gateway relays a stream only once the upstream's first bytes are
+  in: time to first token on both paths) and until its end, which must be `data: [DONE]`;
 - the completion tokens of every answer 200 (from its `usage`);
 - timed actions: POSTs made at given times in the phase (the engine's `/_control`), on
   the same clock as the requests;
@@ -18,13 +25,6 @@ the capacity benchmark needs besides:
 - optionally, response headers by name (`PhaseSpec.headers`: the gateway's
   `x-model-fallback`, `x-degraded`), their values kept per request in `PhaseResult.headers`,
   in the records' order (None: absent, or no answer).
-
-Each stream's arrivals come from its own generator seeded with (seed, stream index), so
-the same seed and rate give the same arrival times whatever the other streams are.
-
-Protocol (one JSON object a line): the parent writes a `PhaseSpec` as JSON to the child's
-stdin; the child answers with a `PhaseResult` as JSON on its stdout. EOF on stdin ends the
-child. Run `python -m bench.capacity_loadgen` only through `CapacityLoadGenerator`.
 """
 
 from __future__ import annotations
@@ -32,16 +32,15 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-import signal
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-from bench.loadgen import PipedChild
-from bench.overload_loadgen import _error_code, arrivals
+_DONE = b"data: [DONE]"
+_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_SIDE_TIMEOUT_S = 10.0  # actions and polls; requests have their stream's own
 
 
 @dataclass(frozen=True)
@@ -93,18 +92,30 @@ class PhaseSpec:
 
     @staticmethod
     def from_json(raw: bytes) -> PhaseSpec:
-        data = orjson.loads(raw)
+        return PhaseSpec.from_dict(orjson.loads(raw))
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> PhaseSpec:
+        data = dict(data)
         data["streams"] = [StreamSpec(**s) for s in data["streams"]]
         data["actions"] = [Action(**a) for a in data["actions"]]
         data["polls"] = [Poll(**p) for p in data["polls"]]
         return PhaseSpec(**data)
 
 
-# One request: (stream index, send time s from the phase start, first bytes ms, latency ms,
-# status, error code, timed out, completion tokens). Status 0: no answer (client timeout,
-# cut, or a connection error, whose text is the code). First bytes: of the body (a
-# stream's first token); for a whole answer, its latency.
-Record = tuple[int, float, float, float, int, str | None, bool, int]
+class Record(NamedTuple):
+    """One request. Status 0: no answer (client timeout, cut, or a connection error, whose
+    text is the code). First bytes: of the body (a stream's first token); for a whole
+    answer, its latency."""
+
+    stream: int  # the stream's index in PhaseSpec.streams
+    sent_s: float  # from the phase's start
+    first_ms: float
+    latency_ms: float
+    status: int
+    code: str | None  # the error code of an answer not 200, or why there was none
+    timed_out: bool  # given up by the client
+    tokens: int  # completion tokens of an answer 200
 
 
 @dataclass
@@ -113,35 +124,68 @@ class PhaseResult:
     lag_p99_ms: float = 0.0  # how late requests left against their planned send time
     lag_max_ms: float = 0.0
     cpu_s: float = 0.0  # the load generator's CPU time during the phase
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # from the first planned arrival until the last answer
     actions: list[tuple[float, int]] = field(default_factory=list)  # (done at s, status)
     polls: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     # With `PhaseSpec.headers`: per record (same order), those headers' values.
     headers: list[list[str | None]] = field(default_factory=list)
 
+    def to_json(self) -> bytes:
+        # orjson writes no tuple subclass: the records go as plain lists.
+        return orjson.dumps(self, default=_plain)
+
     @staticmethod
     def from_json(raw: bytes) -> PhaseResult:
         data = orjson.loads(raw)
-        data["records"] = [tuple(r) for r in data["records"]]
+        data["records"] = [Record(*r) for r in data["records"]]
         data["actions"] = [tuple(a) for a in data["actions"]]
         data["polls"] = {k: [tuple(p) for p in v] for k, v in data["polls"].items()}
         return PhaseResult(**data)
 
 
-class CapacityLoadGenerator(PipedChild):
-    """The parent's handle on the load-generator child process."""
+def _plain(value: object) -> tuple[Any, ...]:
+    if isinstance(value, tuple):
+        return tuple(value)
+    raise TypeError(f"not serialisable: {type(value).__name__}")
 
-    def __init__(self) -> None:
-        super().__init__("bench.capacity_loadgen", stop_timeout_s=15)
 
-    def run(self, spec: PhaseSpec) -> PhaseResult:
-        return PhaseResult.from_json(self.ask(spec.to_json()))
+def arrivals(rate: float, duration_s: float, rng: random.Random) -> list[float]:
+    times: list[float] = []
+    if rate <= 0:
+        return times
+    t = rng.expovariate(rate)
+    while t < duration_s:
+        times.append(t)
+        t += rng.expovariate(rate)
+    return times
+
+
+def _plan(spec: PhaseSpec) -> list[tuple[float, int, int]]:
+    """(send time, stream index, the stream's arrival number), in time order."""
+    plan: list[tuple[float, int, int]] = []
+    for index, stream in enumerate(spec.streams):
+        rng = random.Random(spec.seed * 1000 + index)
+        times = arrivals(stream.rate, spec.duration_s, rng)
+        plan.extend((t, index, nth) for nth, t in enumerate(times))
+    plan.sort()
+    return plan
+
+
+def _error_code(content: bytes) -> str | None:
+    """The OpenAI error's code; for the gateway's `overloaded`, with the reason its
+    message names in parentheses (`overloaded:deadline_unreachable`)."""
+    try:
+        error = orjson.loads(content).get("error") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    code = error.get("code") or error.get("type")
+    message = str(error.get("message") or "")
+    if code == "overloaded" and "(" in message:
+        code += ":" + message.split("(", 1)[1].split(")", 1)[0]
+    return str(code) if code is not None else None
 
 
 # --- the child process -------------------------------------------------------------------
-
-_DONE = b"data: [DONE]"
-_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
 
 class _Phase:
@@ -156,6 +200,7 @@ class _Phase:
         self.urls = spec.urls or [spec.url]
         self.headers = [_headers(s) for s in spec.streams]
         self.timeouts = [aiohttp.ClientTimeout(total=s.client_timeout_s) for s in spec.streams]
+        self.side_timeout = aiohttp.ClientTimeout(total=_SIDE_TIMEOUT_S)
         self.start = 0.0
 
     async def one(self, index: int, nth: int) -> None:
@@ -194,8 +239,9 @@ class _Phase:
             latency_ms = (time.perf_counter() - sent) * 1000.0
             if not stream.stream or status != 200:
                 first_ms = latency_ms
-            record = (index, sent - self.start, first_ms, latency_ms, status, code)
-            self.records.append((*record, timed_out, tokens))
+            at = sent - self.start
+            record = Record(index, at, first_ms, latency_ms, status, code, timed_out, tokens)
+            self.records.append(record)
             if self.spec.headers:
                 self.kept.append(kept)
 
@@ -203,7 +249,9 @@ class _Phase:
         await asyncio.sleep(max(0.0, self.start + action.at_s - time.perf_counter()))
         headers = {"Content-Type": "application/json"}
         try:
-            async with self.session.post(action.url, data=action.body, headers=headers) as answer:
+            async with self.session.post(
+                action.url, data=action.body, headers=headers, timeout=self.side_timeout
+            ) as answer:
                 await answer.read()
                 status = answer.status
         except Exception:
@@ -217,7 +265,9 @@ class _Phase:
             await asyncio.sleep(max(0.0, self.start + at - time.perf_counter()))
             taken = time.perf_counter() - self.start
             try:
-                async with self.session.get(poll.url, headers=poll.headers) as answer:
+                async with self.session.get(
+                    poll.url, headers=poll.headers, timeout=self.side_timeout
+                ) as answer:
                     samples.append((taken, (await answer.read()).decode(errors="replace")))
             except Exception as exc:
                 samples.append((taken, f"error: {exc!r}"))
@@ -234,18 +284,7 @@ def _headers(stream: StreamSpec) -> dict[str, str]:
     return headers
 
 
-def _plan(spec: PhaseSpec) -> list[tuple[float, int, int]]:
-    """(send time, stream index, the stream's arrival number), in time order."""
-    plan: list[tuple[float, int, int]] = []
-    for index, stream in enumerate(spec.streams):
-        rng = random.Random(spec.seed * 1000 + index)
-        times = arrivals(stream.rate, spec.duration_s, rng)
-        plan.extend((t, index, nth) for nth, t in enumerate(times))
-    plan.sort()
-    return plan
-
-
-async def _run_phase(session: Any, spec: PhaseSpec) -> PhaseResult:
+async def run_phase(session: Any, spec: PhaseSpec) -> PhaseResult:
     phase = _Phase(session, spec)
     plan = _plan(spec)
     lags: list[float] = []
@@ -281,33 +320,3 @@ async def _run_phase(session: Any, spec: PhaseSpec) -> PhaseResult:
         polls={p.name: samples for p, samples in zip(spec.polls, polled, strict=True)},
         headers=phase.kept,
     )
-
-
-async def _serve() -> None:
-    import aiohttp
-
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=256 * 2**20)  # a phase may carry every body
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
-    async with aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=10),  # actions and polls; requests set their own
-        skip_auto_headers=("User-Agent",),
-    ) as session:
-        while line := await reader.readline():
-            result = await _run_phase(session, PhaseSpec.from_json(line))
-            sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
-            sys.stdout.buffer.flush()
-
-
-def main() -> None:
-    import uvloop
-
-    # Ctrl-C reaches the whole process group: the parent stops this child by closing stdin.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    uvloop.run(_serve())
-
-
-if __name__ == "__main__":
-    main()
