@@ -21,9 +21,10 @@ within what is left of it (cache/batching.py), or when the store or the embedder
 `Lookup.failed` says why and the request goes to the model. `NullCache` is the disabled
 cache: every lookup misses, nothing is stored.
 
-Over 400 lines: the lookup, the store and the judging of explored answers share the
-answers being stored and the lookups in flight (both by exact key), which keep a request
-that repeats another at once from missing; apart, each would reach into the others' maps.
+Over 400 lines: the lookup through the tiers within one budget, the store behind it and
+the judging of explored answers are one orchestration over the same store, embedder, budget
+and work under way (cache/in_flight.py); what each step decides lives in its own module
+(cache/decision.py, bounded.py, batching.py, scoring.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ from cache import error_bound
 from cache.batching import EmbedderBusy
 from cache.bounded import SIGNAL_MODEL, Explored, Ledger, agree, answer_text
 from cache.entry import CacheEntry, new_entry_id
+from cache.in_flight import InFlight
 from cache.lateness import Lateness
 from cache.policy import CacheKey
 from cache.scoring import BatchingScorer, PairScorer
@@ -106,14 +108,6 @@ class Lookup:
         return self.reason is not None and self.reason != "explore"
 
 
-@dataclass(eq=False)
-class _Shared:
-    """A lookup in flight, for identical ones to wait on (`SemanticCache._shared`)."""
-
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Lookup | None = None  # None once done: its request left before it ended
-
-
 @dataclass(frozen=True)
 class BadHit:
     """A hit a client reported wrong, after its entry was deleted: no prompt text."""
@@ -163,6 +157,7 @@ class SemanticCache:
         on_bad_hit: BadHitHook | None = None,
         on_explored: ExploreHook | None = None,
         rng: error_bound.Uniform | None = None,
+        in_flight: InFlight[Lookup, Any] | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -185,11 +180,11 @@ class SemanticCache:
         # The error-bounded mode's draws (compose passes one): nothing secret rides on them.
         self._rng = rng or random.Random()  # noqa: S311
         self._ledger = Ledger(store, ttl_s)
-        self._pending: dict[str, CacheEntry] = {}  # by exact key: answers being stored
+        # Lookups and stores under way, by exact key; shared with the flights (compose).
+        self._in_flight: InFlight[Lookup, Any] = in_flight or InFlight()
         self._after_embed_s = 0.0  # recent search and decision time (see _after_embed)
         self._after_embed_at = 0.0  # when it was last measured (perf_counter)
         self._deleted: set[str] = set()  # ids of pending answers deleted before stored
-        self._looking: dict[str, _Shared] = {}  # lookups in flight, by exact key
 
     def lookup_timer_s(self) -> float:
         """The timer a lookup starting now gets: the budget less the margin a late event
@@ -198,7 +193,7 @@ class SemanticCache:
 
     async def lookup(self, key: CacheKey, delta: float | None = None) -> Lookup:
         """`delta`: the tenant's error bound on semantic hits; None: the fixed decision."""
-        pending = self._pending.get(key.exact_key)
+        pending = self._in_flight.storing(key.exact_key)
         if pending is not None:
             return Lookup(Found(pending, "exact", 1.0), 1.0)
         started = time.perf_counter()
@@ -221,15 +216,14 @@ class SemanticCache:
         their own timer instead of embedding the prompt again. As gateway/coalesce.py
         shares a miss's upstream call, one stage later. A lookup whose first request left
         (cancelled, no result) is done again by the next, within the time it has left."""
-        looking = self._looking.get(key.exact_key)
+        looking = self._in_flight.lookup(key.exact_key)
         if looking is None:
-            looking = self._looking[key.exact_key] = _Shared()
+            looking = self._in_flight.begin_lookup(key.exact_key)
             try:
                 looking.result = await self._within(key, started, timer_s, None)
                 return looking.result
             finally:
-                del self._looking[key.exact_key]
-                looking.done.set()
+                self._in_flight.end_lookup(key.exact_key, looking)
         with anyio.move_on_after(started + timer_s - time.perf_counter()):
             await looking.done.wait()
         now = time.perf_counter()
@@ -262,7 +256,7 @@ class SemanticCache:
         if not _storable(answer.body):
             return
         entry = self._entry(answer, answer.embedded)
-        self._pending.setdefault(entry.exact_key, entry)
+        self._in_flight.store(entry)
         self._tasks.start_soon(self._store_answer, answer, entry)
 
     def judge_later(self, explored: Explored, answer: Answer, deterministic: bool) -> None:
@@ -286,12 +280,12 @@ class SemanticCache:
         """Removes one entry from every replica; the entry, or None when there is none or
         it was stored for none of `tenants` (None: anyone's, as the admin API asks), so
         that another scope's id reads as unknown. Raises CacheUnavailable."""
-        pending = next((e for e in self._pending.values() if e.entry_id == entry_id), None)
+        pending = self._in_flight.storing_id(entry_id)
         entry = pending or await self._store.entry(entry_id)
         if entry is None or (tenants is not None and entry.tenant not in tenants):
             return None
         if pending is not None:  # not stored yet: _store_answer deletes it once it is
-            self._pending.pop(pending.exact_key, None)
+            self._in_flight.stored(pending)
             self._deleted.add(entry_id)
         await self._store.delete(entry_id)
         return entry
@@ -484,8 +478,7 @@ class SemanticCache:
             self._on_fail("store_error")
         finally:
             self._deleted.discard(entry.entry_id)
-            if self._pending.get(entry.exact_key, entry).entry_id == entry.entry_id:
-                self._pending.pop(entry.exact_key, None)
+            self._in_flight.stored(entry)
 
     def _entry(self, answer: Answer, embedded: Embedded | None) -> CacheEntry:
         """The entry to store; its vector comes later when the lookup embedded nothing."""

@@ -44,6 +44,7 @@ import orjson
 from anyio.abc import TaskGroup
 from starlette.responses import Response
 
+from cache.in_flight import InFlight
 from cache.sse import DONE, StreamRecorder, event_data, split_events
 from gateway.cache_http import Probe, hit_usage, saved_split
 from gateway.errors import DeadlineExceeded, UpstreamError
@@ -62,24 +63,23 @@ class Followed:
 
 
 class Flights:
-    """The flights up now, by exact cache key; `tasks` runs their pumps."""
+    """The flights up now, by exact cache key, in the registry the cache shares
+    (cache/in_flight.py); `tasks` runs their pumps."""
 
-    def __init__(self, tasks: TaskGroup) -> None:
+    def __init__(self, tasks: TaskGroup, in_flight: InFlight[Any, Flight] | None = None) -> None:
         self.tasks = tasks
-        self._up: dict[str, Flight] = {}
+        self._in_flight: InFlight[Any, Flight] = in_flight or InFlight()
 
     def get(self, key: str) -> Flight | None:
-        return self._up.get(key)
+        return self._in_flight.flight(key)
 
     def lead(self, key: str, kind: str, *, missed: bool = False) -> Flight:
         """A flight for `key`; `missed`: its leader's own lookup ran and missed (see
         `Flight.missed`)."""
-        flight = self._up[key] = Flight(key, kind, self, missed)
-        return flight
+        return self._in_flight.lead(key, Flight(key, kind, self, missed))
 
     def landed(self, flight: Flight) -> None:
-        if self._up.get(flight.key) is flight:
-            del self._up[flight.key]
+        self._in_flight.land(flight.key, flight)
 
 
 class Flight:

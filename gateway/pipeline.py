@@ -12,7 +12,8 @@
     degrade      its queue would keep it too long: cap its output or send it to a cheaper
                  model, where its policy says so; then it goes alone (gateway/degrade.py)
     coalesce     an identical request is with the model: wait for its answer; else lead
-                 the requests that come meanwhile (gateway/coalesce.py)
+                 the requests that come meanwhile (gateway/coalesce.py; its flights, the
+                 cache's lookups and stores under way: one registry, cache/in_flight.py)
     acquire      cold start, fair queue, shedding: a lease (gateway/traffic/pool.py); held
                  for a start, a stream gets keep-alives meanwhile (gateway/held.py)
     forward      replica (its session's or prefix's while that one has room,

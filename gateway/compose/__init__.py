@@ -26,6 +26,8 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
+from cache.in_flight import InFlight
+from cache.semantic import Lookup
 from common.redis_client import RedisFactory
 from gateway.accesslog import AccessLog
 from gateway.admin.api import AdminApi
@@ -42,7 +44,7 @@ from gateway.batches.runner import Runner
 from gateway.batches.store import open_store as open_batch_store
 from gateway.body import BodyReader
 from gateway.cache_http import HttpCache
-from gateway.coalesce import Flights
+from gateway.coalesce import Flight, Flights
 from gateway.compose.cache import _policy, build_cache
 from gateway.compose.events import open_event_log
 from gateway.compose.pools import _health, build_pools
@@ -99,7 +101,9 @@ async def build(
     stack.push_async_callback(store.close)
     pools = await build_pools(settings, clients, metrics, stack, tasks)
     quotas = build_quotas(settings, clients, metrics, stack, tasks)
-    cache = await build_cache(settings, clients, metrics, stack, tasks)
+    # Lookups, upstream calls and stores under way, by exact key: the cache's and the flights'.
+    in_flight: InFlight[Lookup, Flight] = InFlight()
+    cache = await build_cache(settings, clients, metrics, stack, tasks, in_flight)
     catalog = Catalog(settings.model_routes(), settings.tenants)
     config_keys = configured_keys(settings.tenants, env)
     auth = Authenticator(store, config_keys)
@@ -110,7 +114,7 @@ async def build(
     limits = settings.limits
     body = BodyReader(limits.max_body_bytes, limits.body_timeout_s)
     # coalescing, fallbacks, degradation under overload
-    routing = (Flights(tasks), settings.fallback_chains(), settings.degrade)
+    routing = (Flights(tasks, in_flight), settings.fallback_chains(), settings.degrade)
     path_parts = (pools, quotas, http_cache, settings.traffic, metrics, lifecycle, body, *routing)
     salt = _salt_secret(env)
     prices = settings.pricing

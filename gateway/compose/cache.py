@@ -7,14 +7,15 @@ import contextlib
 import functools
 import logging
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
+from cache.in_flight import InFlight
 from cache.policy import PolicySettings
-from cache.semantic import AnswerCache, NullCache, SemanticCache
+from cache.semantic import AnswerCache, Lookup, NullCache, SemanticCache
 from cache.store import CacheStore
 from common.redis_client import RedisFactory
 from gateway.compose.metrics import cache_metrics
@@ -37,6 +38,7 @@ async def build_cache(
     metrics: Metrics,
     stack: contextlib.AsyncExitStack,
     tasks: TaskGroup,
+    in_flight: InFlight[Lookup, Any],
 ) -> AnswerCache:
     config = settings.cache
     if not config.enabled:
@@ -73,6 +75,7 @@ async def build_cache(
         on_bad_hit=lambda hit: metrics.cache_bad_hit_label(hit.tenant, hit.labelled),
         on_explored=metrics.cache_explored,
         rng=random.Random(),  # noqa: S311  (the error-bounded draws; nothing secret)
+        in_flight=in_flight,
     )
     metrics.add_snapshots(
         lambda: cache_metrics(store.stats(), embedder.stats(), cache.lookup_timer_s())

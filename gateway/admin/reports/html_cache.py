@@ -86,16 +86,15 @@ def cache_section(report: Mapping[str, Any] | None) -> str:
             "Near misses crowding just under the hits suggest the threshold is worth a look.",
         ),
     ]
+    by_tenant_model = items(report.get("by_tenant_model"))
     content = (
-        _cache_tiles(
-            totals, mapping(report.get("latency_ms")), items(report.get("by_tenant_model"))
-        )
+        _cache_tiles(totals, mapping(report.get("latency_ms")), by_tenant_model)
         + '<div class="figures">'
         + "".join(figures)
         + "</div><h3>Top namespaces</h3>"
         + _namespaces_table(items(report.get("top_namespaces")))
         + "<h3>By tenant and model</h3>"
-        + _tenant_model_table(items(report.get("by_tenant_model")), totals)
+        + _tenant_model_table(by_tenant_model, totals)
     )
     return section("Cache", "cache", content)
 
