@@ -20,7 +20,8 @@ Two kinds of latency
 In engine steps, once streams say how long a step takes
     A finished stream's time per output token (`observe_step`) is the engine's step time
     while it ran. Once there is one, both kinds are counted in steps: a sample over the
-    median of the last STEP_SAMPLES steps. A step grows with the batch, and so does a
+    median of the last STEP_SAMPLES steps, and a baseline learned in seconds over that
+    first step time (re-measuring it pinned the limit for 3 s of a fresh gateway's start). A step grows with the batch, and so does a
     queue-free TTFT (the rest of the running step, then the step that computes the prompt)
     and a whole answer's latency per token, so in steps neither rises with the batch; a
     wait inside the engine's own queue still adds whole service times. In seconds, an
@@ -32,7 +33,8 @@ In engine steps, once streams say how long a step takes
 
 The update
     gradient = tolerance x baseline / recent, within [0.5, 1], or [0.5, 2] after 8 updates
-    in a row without a cut (TCP's slow start: fast far below the knee, gentle near it);
+    in a row without a cut, and from the start until the first cut (TCP's slow start: fast
+    far below the knee, gentle near it; `initial` says nothing about where the knee is);
         target = limit x gradient + sqrt(limit x gradient)
         limit += smoothing x (target - limit), within [min_limit, max_limit]
     The sqrt headroom probes upwards and puts the limit a little past the knee, where the
@@ -110,7 +112,9 @@ MIN_GRADIENT = 0.5  # one update cuts at most half: an outlier window is not an 
 # Gradient2): TTFT gives no warning before the knee, and growing 10% an update overshot it
 # into a steady 20-to-30 oscillation at C = 20. After this many updates without a cut the
 # knee is clearly further up, and the gradient may reach 2 (Envoy's ceiling): from 4, a
-# limit reaches C = 100 in 11 s instead of 21.
+# limit reaches C = 100 in 11 s instead of 21. A fresh limiter knows nothing of the knee,
+# and grows so until its first cut: in front of vLLM's CPU build the wait for 8 updates was
+# most of the 6 s a fresh gateway took to reach the batch the engine runs at load 1.
 ACCELERATE_AFTER = 8
 MAX_GRADIENT = 2.0
 MIN_SAMPLES = 3  # a median of fewer is one request's luck
@@ -331,6 +335,7 @@ class GradientLimiter:
         self._gradient: float | None = None
         self._watch = _CutWatch()
         self._uncut = 0  # updates in a row without a cut
+        self._starting = True  # no cut yet: slow start (see ACCELERATE_AFTER)
         self._next_measurement = math.inf
         self._measurements = 0
         self._measuring: _Measurement | None = None
@@ -362,8 +367,10 @@ class GradientLimiter:
 
     def observe_step(self, seconds: float) -> None:
         """A finished stream's time per output token after the first. The first one turns
-        the samples from seconds into steps (module docstring): what was learned in seconds
-        is dropped and the baselines are measured again."""
+        the samples from seconds into steps (module docstring). Baselines measured in
+        seconds become steps at that stream's step time: it ran at their pin, or near it
+        (the first streams end during the start's measurement or just after). A measurement
+        under way starts again, in steps."""
         if not (math.isfinite(seconds) and seconds > 0):
             return
         first = self._step_s is None
@@ -372,13 +379,12 @@ class GradientLimiter:
         if not first:
             return
         for latency in self._kinds.values():
-            latency.baseline = None
+            if latency.baseline is not None:
+                latency.baseline /= seconds
             latency.clear()
         self._series = []  # a halving compares medians: all of them in steps
         if self._measuring is not None:
             self._measuring.restart()
-        else:
-            self._measure(None, self._pin(self._limit))
 
     def update(self, now: float, in_flight: int) -> float:
         """Recompute the limit from the samples so far; returns it."""
@@ -417,13 +423,15 @@ class GradientLimiter:
             # half load (bench/capacity.py, load 0.5: a TTFT spike at 6 in flight of 19).
             return
         pressure = max(r / self._tolerance(k, ratios) for k, r in ratios.items())
-        ceiling = MAX_GRADIENT if self._uncut >= ACCELERATE_AFTER else 1.0
+        fast = self._starting or self._uncut >= ACCELERATE_AFTER
+        ceiling = MAX_GRADIENT if fast else 1.0
         self._gradient = min(ceiling, max(MIN_GRADIENT, 1 / pressure))
         scaled = self._limit * self._gradient
         target = scaled + math.sqrt(scaled)
         before = self._limit
         self._limit = self._clamp(before + self._smoothing * (target - before))
         self._uncut = self._uncut + 1 if self._limit >= before else 0
+        self._starting = self._starting and self._limit >= before
         undo = self._watch.wrongly_cut(before, self._limit, pressure)
         if undo is not None:
             # Without it, x4 slower steps left the limit at 40% of the capacity for seconds.
@@ -488,6 +496,7 @@ class GradientLimiter:
                 self._kinds[kind].baseline = value
             queueing = [p for p, _ in series if p > pin]  # halving each shed a queue
             self._limit = min([deferred, *queueing])
+            self._starting = self._starting and not queueing  # a knee was found: no more
         jitter = 1 + self._probe_jitter * self._rng()
         self._next_measurement = now + self._probe_interval_s * jitter
         for latency in self._kinds.values():

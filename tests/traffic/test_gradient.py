@@ -359,6 +359,26 @@ def test_it_starts_by_measuring_at_half_the_initial_limit() -> None:
     assert gradient.update(0.0, 0) == 10  # nothing measured yet: still pinned
 
 
+def first_reach(trace: list[Point], level: float) -> float:
+    return next(t for t, limit, phase in trace if phase == "probing" and limit >= level)
+
+
+@pytest.mark.parametrize(
+    ("steps", "prompts", "within_s"), [(False, (1.0,), 10.0), (True, MIXED_PROMPTS, 7.5)]
+)
+def test_a_fresh_limit_grows_fast_until_its_first_cut_then_stays(
+    steps: bool, prompts: tuple[float, ...], within_s: float
+) -> None:
+    """Slow start: nothing is known of the knee at first, so the limit may double an update
+    from the start, not only once 8 updates went uncut (which took 10.5 s and 9.0 s here
+    to reach 80 of 100 slots). Once cut near the knee it stays in the band."""
+    engine = Engine(100, step_a=0.01, steps=steps, prompts=prompts)
+    trace = simulate(limiter(4), engine, 30.0)
+    assert first_reach(trace, BAND[0] * 100) <= within_s
+    settled = limits(trace, 15.0, 30.0)
+    assert BAND[0] * 100 <= min(settled) and max(settled) <= BAND[1] * 100
+
+
 def test_without_samples_the_limit_holds() -> None:
     gradient = limiter(20, probe_max_s=1.0)
     for tick in range(40):
@@ -427,25 +447,33 @@ def test_in_steps_a_batch_that_slows_every_step_is_no_queue() -> None:
             assert min(late) < 40
 
 
-def test_the_first_step_time_restarts_the_baseline_in_steps() -> None:
-    """Samples in seconds until a stream reports its step time; then the baselines are
-    measured again, in steps (a TTFT of 0.05 s with 0.01 s steps: 5)."""
+def test_the_first_step_time_turns_the_baselines_into_steps() -> None:
+    """Samples in seconds until a stream reports its step time; then a baseline measured
+    in seconds becomes steps at that step time (a TTFT of 0.05 s with 0.01 s steps: 5),
+    without pinning the limit again, and a measurement under way starts again in steps."""
     gradient = limiter(8, min_pin=4)  # pinned at 4, not halved further
 
-    def measure(start: float) -> None:
-        gradient.update(start, 4)  # drained to the pin of 4
+    def measure(limit: GradientLimiter, start: float, ttft: float) -> None:
+        limit.update(start, 4)  # drained to the pin of 4
         for i in range(12):
-            gradient.observe("ttft", 0.05, start + 0.1 * (i + 1))
-        gradient.update(start + 2.0, 4)
+            limit.observe("ttft", ttft, start + 0.1 * (i + 1))
+        limit.update(start + 2.0, 4)
 
-    measure(0.0)
+    measure(gradient, 0.0, 0.05)
     assert gradient.snapshot().kinds["ttft"].baseline == pytest.approx(0.05)
     for bad in (0.0, -1.0, math.nan, math.inf):
         gradient.observe_step(bad)
     assert gradient.snapshot().step_s is None
+    measurements = gradient.snapshot().measurements
     gradient.observe_step(0.01)
     snapshot = gradient.snapshot()
-    assert snapshot.step_s == 0.01 and snapshot.phase == "measuring_min"
-    assert snapshot.kinds["ttft"].baseline is None
-    measure(3.0)
-    assert gradient.snapshot().kinds["ttft"].baseline == pytest.approx(5.0)
+    assert snapshot.step_s == 0.01 and snapshot.phase == "probing"
+    assert snapshot.kinds["ttft"].baseline == pytest.approx(5.0)
+    assert snapshot.measurements == measurements and gradient.limit == 8
+    # A step time that comes during a measurement: it goes on, with samples in steps.
+    fresh = limiter(8, min_pin=4)
+    fresh.update(0.0, 4)
+    fresh.observe("ttft", 0.05, 0.1)  # seconds, dropped by the restart
+    fresh.observe_step(0.01)
+    measure(fresh, 0.5, 0.04)
+    assert fresh.snapshot().kinds["ttft"].baseline == pytest.approx(0.04 / 0.01)
