@@ -1,4 +1,4 @@
-"""The few raw-ASGI helpers the test and benchmark upstreams share."""
+"""The few raw-ASGI helpers the test and benchmark upstreams share, and how they are served."""
 
 from __future__ import annotations
 
@@ -33,3 +33,12 @@ async def run_lifespan(receive: Any, send: Any) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def serve(app: Any, host: str, port: int, **options: Any) -> None:
+    """Runs `app` as the benchmarks' upstreams run: uvloop and httptools, quiet, a deep
+    backlog (a burst of connections is not refused), until stopped."""
+    import uvicorn
+
+    settings = {"loop": "uvloop", "http": "httptools", "log_level": "error", "backlog": 4096}
+    uvicorn.run(app, host=host, port=port, access_log=False, **{**settings, **options})

@@ -40,9 +40,8 @@ from collections import deque
 from typing import Any
 
 import orjson
-import uvicorn
 
-from bench.asgi import read_body, run_lifespan, send_json
+from bench.asgi import read_body, run_lifespan, send_json, serve
 
 Scope = dict[str, Any]
 MODEL = "capacity"
@@ -255,16 +254,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     app = CapacityUpstream(args.concurrency, args.service_ms / 1000.0, args.fail_rate, args.seed)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http="httptools",
-        log_level="error",
-        access_log=False,
-        backlog=4096,
-    )
+    serve(app, args.host, args.port)
 
 
 if __name__ == "__main__":

@@ -87,9 +87,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import orjson
-import uvicorn
 
-from bench.asgi import read_body, send_json
+from bench.asgi import read_body, send_json, serve
 from bench.fake_sleep import FakeSleep
 
 Scope = dict[str, Any]
@@ -884,17 +883,7 @@ def main() -> None:
             parser.add_argument(flag, type=type(default), default=default)
     args = vars(parser.parse_args())
     host, port = args.pop("host"), args.pop("port")
-    uvicorn.run(
-        FakeEngineApp(EngineParams(**args)),
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        log_level="error",
-        access_log=False,
-        backlog=4096,
-        timeout_graceful_shutdown=2,
-    )
+    serve(FakeEngineApp(EngineParams(**args)), host, port, timeout_graceful_shutdown=2)
 
 
 if __name__ == "__main__":

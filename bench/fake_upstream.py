@@ -39,9 +39,8 @@ import time
 from typing import Any
 
 import orjson
-import uvicorn
 
-from bench.asgi import read_body, run_lifespan, send_json
+from bench.asgi import read_body, run_lifespan, send_json, serve
 
 Scope = dict[str, Any]
 
@@ -307,16 +306,7 @@ def main() -> None:
     parser.add_argument("--startup-delay-s", type=float, default=0.0)
     args = parser.parse_args()
     time.sleep(args.startup_delay_s)  # a model loading: its port opens only after this
-    uvicorn.run(
-        FakeUpstream(args.echo_delay_ms / 1000.0),
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http="httptools",
-        log_level="error",
-        access_log=False,
-        backlog=2048,
-    )
+    serve(FakeUpstream(args.echo_delay_ms / 1000.0), args.host, args.port, backlog=2048)
 
 
 if __name__ == "__main__":
