@@ -21,9 +21,10 @@ In engine steps, once streams say how long a step takes
     A finished stream's time per output token (`observe_step`) is the engine's step time
     while it ran. Once there is one, both kinds are counted in steps: a sample over the
     median of the last STEP_SAMPLES steps, and a baseline learned in seconds over that
-    first step time (re-measuring it pinned the limit for 3 s of a fresh gateway's start). A step grows with the batch, and so does a
-    queue-free TTFT (the rest of the running step, then the step that computes the prompt)
-    and a whole answer's latency per token, so in steps neither rises with the batch; a
+    first step time (re-measuring it pinned the limit for 3 s of a fresh gateway's start).
+    A step grows with the batch, and so does a queue-free TTFT (the rest of the running
+    step, then the step that computes the prompt) and a whole answer's latency per token,
+    so in steps neither rises with the batch; a
     wait inside the engine's own queue still adds whole service times. In seconds, an
     engine whose step grows steeply with the batch looked queued long before it was: vLLM's
     CPU build runs 52-71 requests at the load it just carries, its step 4-10x the unloaded
