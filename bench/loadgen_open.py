@@ -30,6 +30,7 @@ answered nor refused by then is given up and counted as a client timeout. Beside
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 import time
@@ -229,7 +230,10 @@ class _Phase:
                 found = _TOKENS.findall(content[-400:])
                 tokens = int(found[-1]) if found else 0
         except TimeoutError:
-            timed_out, code = True, "client_timeout"
+            # A stream already flowing when the client's total timeout ran out: its first
+            # token met the deadline (the gateway's promise), its end did not.
+            flowing = stream.stream and not math.isnan(first_ms)
+            timed_out, code = True, "client_timeout_streaming" if flowing else "client_timeout"
         except asyncio.CancelledError:
             code = "cut"
             raise

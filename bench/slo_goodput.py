@@ -83,6 +83,10 @@ mode and load; class where it says):
     tpot_p99_ms, tpot_p99_ratio_vs_unloaded   interactive streams of >= 64 tokens
     throughput_ratio_vs_bare    output tokens per second of answers completed in the window
     client_timeouts             requests the client gave up on (whole phase)
+    client_timeouts_streaming   of those, streams whose first token had come: the client's
+                                total timeout (6 s) cut them while tokens flowed (the
+                                gateway's deadline is the first token's; an SDK's timeout
+                                is per read, and would not have cut them)
     refused_share, refusal_latency_p99_ms   429 and 503
     jain_fairness               class batch: Jain's index over its tenants of SLO goodput
                                 / max-min fair share (water-filling by offered rate)
@@ -552,6 +556,8 @@ def figures(
     out[("output_tokens_per_s", None)] = phase.tokens_per_s()
     records = phase.result.records
     out[("client_timeouts", None)] = sum(1 for r in records if r[6])
+    streaming = sum(1 for r in records if r[5] == "client_timeout_streaming")
+    out[("client_timeouts_streaming", None)] = streaming
     refusals = [r[3] for r in phase.records() if r[4] in (429, 503)]
     out[("refused_share", None)] = ratio(len(refusals), len(phase.records()))
     out[("refusal_latency_p99_ms", None)] = percentile(refusals, 99)
@@ -648,6 +654,7 @@ UNITS = {
     "slo_goodput_rps": "req/s",
     "output_tokens_per_s": "tokens/s",
     "client_timeouts": "requests",
+    "client_timeouts_streaming": "requests",
     "refused_share": "fraction",
     "jain_fairness": "index",
     "preemptions": "requests",
