@@ -48,7 +48,6 @@ __all__ = [
     "LoadGenerator",
     "PhaseResult",
     "PhaseSpec",
-    "PipedChild",
     "Poll",
     "Record",
     "RoundResult",
@@ -57,27 +56,34 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
+STOP_TIMEOUT_S = 15.0  # for the child to finish a phase's requests once its stdin closes
 
 
-class PipedChild:
-    """`python -m MODULE` as a child process that answers each JSON line on its stdin with
-    one JSON line on its stdout; EOF on stdin ends it. The load generator's parent side."""
+class LoadGenerator:
+    """The parent's handle on the load-generator child process (`python -m bench.loadgen`):
+    each JSON line written to its stdin gets one JSON line back; EOF on stdin ends it."""
 
-    def __init__(self, module: str, stop_timeout_s: float = 10.0) -> None:
-        self._module = module
-        self._stop_timeout_s = stop_timeout_s
+    def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Self:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", self._module],
+            [sys.executable, "-m", "bench.loadgen"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=ROOT,
         )
         return self
 
-    def ask(self, request: bytes) -> bytes:
+    def closed(self, spec: RoundSpec) -> RoundResult:
+        """One closed-loop round."""
+        return RoundResult.from_json(self._ask(orjson.dumps({"closed": spec})))
+
+    def open(self, spec: PhaseSpec) -> PhaseResult:
+        """One open-loop phase."""
+        return PhaseResult.from_json(self._ask(orjson.dumps({"open": spec})))
+
+    def _ask(self, request: bytes) -> bytes:
         process = self._process
         if process is None or process.stdin is None or process.stdout is None:
             raise RuntimeError("load generator not started")
@@ -96,7 +102,7 @@ class PipedChild:
         if process.stdin is not None:
             process.stdin.close()
         try:
-            process.wait(timeout=self._stop_timeout_s)
+            process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -108,21 +114,6 @@ class PipedChild:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class LoadGenerator(PipedChild):
-    """The parent's handle on the load-generator child process."""
-
-    def __init__(self) -> None:
-        super().__init__("bench.loadgen", stop_timeout_s=15)
-
-    def closed(self, spec: RoundSpec) -> RoundResult:
-        """One closed-loop round."""
-        return RoundResult.from_json(self.ask(orjson.dumps({"closed": spec})))
-
-    def open(self, spec: PhaseSpec) -> PhaseResult:
-        """One open-loop phase."""
-        return PhaseResult.from_json(self.ask(orjson.dumps({"open": spec})))
 
 
 # --- the child process -------------------------------------------------------------------
