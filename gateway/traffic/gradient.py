@@ -24,12 +24,12 @@ In engine steps, once streams say how long a step takes
     first step time (re-measuring it pinned the limit for 3 s of a fresh gateway's start).
     A step grows with the batch, and so does a queue-free TTFT (the rest of the running
     step, then the step that computes the prompt) and a whole answer's latency per token,
-    so in steps neither rises with the batch; a
-    wait inside the engine's own queue still adds whole service times. In seconds, an
-    engine whose step grows steeply with the batch looked queued long before it was: vLLM's
-    CPU build runs 52-71 requests at the load it just carries, its step 4-10x the unloaded
-    one, and this limiter, reading that rise as a queue, held it to 22 (half the requests
-    refused; bench/slo_goodput.py, docs/slo-goodput.md). Without streams (whole answers
+    so in steps neither rises with the batch; a wait inside the engine's own queue still
+    adds whole service times. In seconds, an engine whose step grows steeply with the batch
+    looked queued long before it was: vLLM's CPU build runs 52-71 requests at the load it
+    just carries, its step 4-10x the unloaded one, and this limiter, reading that rise as a
+    queue, held it to 22 (half the requests refused; bench/slo_goodput.py,
+    docs/slo-goodput.md). Without streams (whole answers
     only) there is no step time, and samples stay in seconds.
 
 The update
