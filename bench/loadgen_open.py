@@ -186,6 +186,13 @@ def _error_code(content: bytes) -> str | None:
     return str(code) if code is not None else None
 
 
+def _last_event_code(content: bytes) -> str | None:
+    """The error code of a stream's last event, when it is an error (the gateway ends a
+    stream it cuts with one: `deadline_exceeded`, `upstream_timeout`, ...)."""
+    start = content.rfind(b"data: ", max(0, len(content) - 2048))
+    return None if start < 0 else _error_code(content[start + 6 :].strip())
+
+
 # --- the child process -------------------------------------------------------------------
 
 
@@ -225,7 +232,7 @@ class _Phase:
             if status != 200:
                 code = _error_code(content)
             elif stream.stream and _DONE not in content[-64:]:
-                code = "incomplete_stream"
+                code = "stream:" + (_last_event_code(content) or "incomplete")
             else:
                 found = _TOKENS.findall(content[-400:])
                 tokens = int(found[-1]) if found else 0

@@ -84,9 +84,10 @@ mode and load; class where it says):
     throughput_ratio_vs_bare    output tokens per second of answers completed in the window
     client_timeouts             requests the client gave up on (whole phase)
     client_timeouts_streaming   of those, streams whose first token had come: the client's
-                                total timeout (6 s) cut them while tokens flowed (the
-                                gateway's deadline is the first token's; an SDK's timeout
-                                is per read, and would not have cut them)
+                                total timeout (6 s) cut them while tokens flowed
+    deadline_cut_streams        streams the gateway ended at the client's deadline
+                                (`x-request-timeout`, 5 s) with a `deadline_exceeded`
+                                event, tokens still flowing (none with `--deadlines none`)
     refused_share, refusal_latency_p99_ms   429 and 503
     jain_fairness               class batch: Jain's index over its tenants of SLO goodput
                                 / max-min fair share (water-filling by offered rate)
@@ -558,6 +559,8 @@ def figures(
     out[("client_timeouts", None)] = sum(1 for r in records if r[6])
     streaming = sum(1 for r in records if r[5] == "client_timeout_streaming")
     out[("client_timeouts_streaming", None)] = streaming
+    cut = sum(1 for r in records if r[5] == "stream:deadline_exceeded")
+    out[("deadline_cut_streams", None)] = cut
     refusals = [r[3] for r in phase.records() if r[4] in (429, 503)]
     out[("refused_share", None)] = ratio(len(refusals), len(phase.records()))
     out[("refusal_latency_p99_ms", None)] = percentile(refusals, 99)
@@ -655,6 +658,7 @@ UNITS = {
     "output_tokens_per_s": "tokens/s",
     "client_timeouts": "requests",
     "client_timeouts_streaming": "requests",
+    "deadline_cut_streams": "requests",
     "refused_share": "fraction",
     "jain_fairness": "index",
     "preemptions": "requests",

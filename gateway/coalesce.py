@@ -48,7 +48,7 @@ from cache.in_flight import InFlight
 from cache.sse import DONE, StreamRecorder, event_data, split_events
 from gateway.cache_http import Probe, hit_usage, saved_split
 from gateway.errors import DeadlineExceeded, UpstreamError
-from gateway.relay import CLIENT_GONE, Ending, Finish, RelayedStream, error_event
+from gateway.relay import CLIENT_GONE, Ending, Finish, RelayedStream, error_event, until
 
 _log = logging.getLogger("gateway.coalesce")
 _HEAD_KEYS = ("id", "created", "model", "system_fingerprint")
@@ -167,8 +167,11 @@ class Flight:
             if not live:
                 self._leave()
 
-    def stream(self, probe: Probe, request_id: str, end: Finish) -> Response:
-        """A live follower's answer (after `follow` said `live`); ends its exchange."""
+    def stream(
+        self, probe: Probe, request_id: str, end: Finish, cut_at: float | None = None
+    ) -> Response:
+        """A live follower's answer (after `follow` said `live`); ends its exchange.
+        `cut_at`: its client's deadline for the whole answer (gateway/relay.py `until`)."""
         ended: list[Ending] = []
 
         async def close() -> None:
@@ -176,7 +179,10 @@ class Flight:
             await end(ended[0] if ended else CLIENT_GONE)
 
         headers = {"x-request-id": request_id, "x-cache": "coalesced", "cache-control": "no-cache"}
-        return RelayedStream(self._follower_events(probe, ended), close, headers)
+        events = self._follower_events(probe, ended)
+        if cut_at is not None:
+            events = until(events, cut_at, ended)
+        return RelayedStream(events, close, headers)
 
     async def _follower_events(self, probe: Probe, ended: list[Ending]) -> AsyncIterator[bytes]:
         async for piece in self._read(0, shared=True):

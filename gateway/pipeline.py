@@ -65,7 +65,13 @@ from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.quotas import QuotaEnforcer
 from gateway.tenancy.tenants import Catalog
 from gateway.traffic.affinity import affinity_key
-from gateway.traffic.deadline import Deadline, deadline_s, held_deadline_s, request_class
+from gateway.traffic.deadline import (
+    Deadline,
+    deadline_s,
+    held_deadline_s,
+    request_class,
+    whole_deadline,
+)
 from gateway.traffic.forward import forward
 from gateway.traffic.pool import Admitted, Pool, acquire
 from gateway.upstream_body import Rewrite, cache_salt, for_engine
@@ -263,7 +269,7 @@ class Pipeline:
         followed = await flight.follow(streamed, call.deadline.answer_by(), may_use)
         if followed is None:
             return None
-        response = self._followed(flight, followed.body, probe, exchange, streamed)
+        response = self._followed(flight, followed.body, probe, exchange, call)
         if response is None:
             return None
         exchange.cached, exchange.fallback = True, flight.served
@@ -271,11 +277,12 @@ class Pipeline:
         return self._with_headers(response, exchange)
 
     def _followed(
-        self, flight: Flight, body: bytes | None, probe: Probe, exchange: Exchange, streamed: bool
+        self, flight: Flight, body: bytes | None, probe: Probe, exchange: Exchange, call: Call
     ) -> Response | None:
         if body is None:  # live: the leader's stream as it comes
-            return flight.stream(probe, exchange.request_id, exchange.hand_off())
-        return self._cache.coalesced(probe, body, streamed, exchange.request_id)
+            cut_at = call.deadline.stream_cut()
+            return flight.stream(probe, exchange.request_id, exchange.hand_off(), cut_at)
+        return self._cache.coalesced(probe, body, call.body.streamed, exchange.request_id)
 
     async def _held(self, call: Call, exchange: Exchange, admitted: Admitted) -> Response:
         """No replica is ready: the request waits for one to start (or wake), under a
@@ -291,7 +298,8 @@ class Pipeline:
             hold.deadline_margin,
             streamed=call.body.streamed,
         )
-        call.deadline = Deadline.after(length_s, exchange.elapsed_s())
+        full = whole_deadline(exchange.headers, self._traffic.max_deadline_s)
+        call.deadline = Deadline.after(length_s, exchange.elapsed_s(), whole=full)
         answer = functools.partial(self._dispatch, call, exchange, admitted)
         if not call.body.streamed:
             return await answer()
@@ -351,7 +359,8 @@ class Pipeline:
         traffic = self._traffic
         default_s = traffic.deadline_s[priority]
         length_s = deadline_s(headers, default_s, traffic.max_deadline_s)
-        deadline = Deadline.after(length_s, exchange.elapsed_s())
+        full = whole_deadline(headers, traffic.max_deadline_s)
+        deadline = Deadline.after(length_s, exchange.elapsed_s(), whole=full)
         pool, fallbacks = self._pools[route.backend], self._chains.get(route.model, ())
         policy = tenant.degrade or self._degrade.get(route.model)
         # Every stream asks for usage: quotas are charged what the engine counted.
@@ -475,7 +484,9 @@ class Pipeline:
         shared = flight.leading(recorder) if flight is not None and recorder is not None else None
         rid = exchange.request_id
         strip = call.strip_usage
-        return stream(call.pool.name, upstream, rid, self._metrics, tap, finish, shared, strip)
+        cut_at = call.deadline.stream_cut()
+        name = call.pool.name
+        return stream(name, upstream, rid, self._metrics, tap, finish, shared, strip, cut_at)
 
     def _with_headers(self, response: Response, exchange: Exchange) -> Response:
         headers = {**exchange.admission.headers, **self._cache.miss_headers(exchange.probe)}

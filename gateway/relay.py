@@ -12,7 +12,9 @@ client, and is closed only once no one reads it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,7 +27,7 @@ from backends.errors import BackendError
 from backends.http import UpstreamResponse
 from cache.sse import event_data, split_events
 from gateway.disconnect import SERVER_CANCELS, cancelled_by_server
-from gateway.errors import ClientGone, GatewayError, UpstreamError, error_body
+from gateway.errors import ClientGone, DeadlineExceeded, GatewayError, UpstreamError, error_body
 from gateway.metrics import Metrics
 from gateway.traffic.forward import translate
 from gateway.upstream_body import without_usage_chunks
@@ -100,9 +102,12 @@ def stream(
     finish: Finish,
     shared: Shared | None = None,
     strip_usage: bool = False,
+    cut_at: float | None = None,
 ) -> Response:
     """`strip_usage`: the gateway asked for the usage chunk, the client did not: its tap
-    sees it (quotas), the client does not."""
+    sees it (quotas), the client does not. `cut_at` (monotonic): the client's deadline for
+    the whole answer (`Deadline.stream_cut`); a stream still flowing then ends with a
+    `deadline_exceeded` event, and the upstream is closed as if the client had left."""
     ended: list[Ending] = []
 
     async def close() -> None:
@@ -114,6 +119,8 @@ def stream(
     events = _events(backend, upstream, metrics, tap, ended, strip_usage)
     if shared is not None:
         events = shared.relay(events)
+    if cut_at is not None:
+        events = until(events, cut_at, ended)
     headers = relayed_headers(upstream.headers, request_id)
     headers["cache-control"] = "no-cache"
     return RelayedStream(events, close, headers=headers)
@@ -171,6 +178,36 @@ async def _events(
     metrics.upstream_error(backend, "truncated")
     ended.append(Ending(502, failure.code))
     yield error_event(failure)
+
+
+async def until(
+    events: AsyncIterator[bytes], cut_at: float, ended: list[Ending]
+) -> AsyncIterator[bytes]:
+    """`events` until `cut_at` (monotonic), then a `deadline_exceeded` event, its ending
+    in `ended`. The wait for the next piece is cancelled as a client leaving cancels it,
+    so the stream's close hook ends the upstream (or leaves a shared one to those still
+    reading it)."""
+    pieces = aiter(events)
+    while True:
+        try:
+            async with asyncio.timeout_at(_loop_time(cut_at)):
+                piece = await anext(pieces)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            break
+        yield piece
+    failure = DeadlineExceeded(
+        "The request's deadline (x-request-timeout) passed before its stream ended; "
+        "the answer is cut here."
+    )
+    ended[:] = [Ending(failure.status, failure.code)]
+    yield error_event(failure)
+
+
+def _loop_time(monotonic_at: float) -> float:
+    """`monotonic_at` on the event loop's clock (asyncio's timers)."""
+    return asyncio.get_running_loop().time() + (monotonic_at - time.monotonic())
 
 
 class RelayedStream(StreamingResponse):

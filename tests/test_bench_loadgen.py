@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from bench.loadgen import LoadGenerator, PhaseSpec, Record, RoundSpec, StreamSpec
-from bench.loadgen_open import _plan
+from bench.loadgen_open import _last_event_code, _plan
 
 HEADERS = {"Content-Type": "application/json"}
 
@@ -72,9 +72,15 @@ def test_an_open_phase_records_every_arrival_by_name(
     for record in by_stream[0] + by_stream[1]:
         assert (record.code, record.timed_out) == (None, False) and record.tokens > 0
         assert 0 < record.first_ms <= record.latency_ms
-    assert {r.code for r in by_stream[2]} == {"incomplete_stream"}
+    assert {r.code for r in by_stream[2]} == {"stream:incomplete"}
     whole = {
         kept[0] for r, kept in zip(result.records, result.headers, strict=True) if r.stream == 0
     }
     assert whole == {"application/json"}
     assert 0 < result.wall_s < 5.0 and result.cpu_s > 0
+
+
+def test_a_stream_the_gateway_ended_with_an_error_is_recorded_by_its_code() -> None:
+    cut = b'data: {"choices": []}\n\ndata: {"error": {"code": "deadline_exceeded"}}\n\n'
+    assert _last_event_code(cut) == "deadline_exceeded"
+    assert _last_event_code(b'data: {"choices": []}\n\n') is None

@@ -20,12 +20,15 @@ _MARGIN_MAX_S = 0.5
 class Deadline:
     at: float  # time.monotonic() when the client stops waiting
     length_s: float  # the whole deadline, from when the request arrived
+    # The client said when it stops waiting for the whole answer (`x-request-timeout`),
+    # not for its first byte or between reads (the SDKs' headers, the class's default).
+    whole: bool = False
 
     @classmethod
-    def after(cls, length_s: float, elapsed_s: float = 0.0) -> Deadline:
+    def after(cls, length_s: float, elapsed_s: float = 0.0, *, whole: bool = False) -> Deadline:
         """A deadline `length_s` after a start `elapsed_s` ago (the client's clock started
         when it sent the request, not when the gateway got round to it)."""
-        return cls(time.monotonic() - elapsed_s + length_s, length_s)
+        return cls(time.monotonic() - elapsed_s + length_s, length_s, whole)
 
     def left_s(self) -> float:
         return max(0.0, self.at - time.monotonic())
@@ -33,6 +36,17 @@ class Deadline:
     def answer_by(self) -> float:
         """When the upstream's first byte must have arrived (monotonic)."""
         return self.at - min(_MARGIN_MAX_S, _MARGIN * self.length_s)
+
+    def stream_cut(self) -> float | None:
+        """When a stream still flowing is ended (monotonic), or None: never.
+
+        At the client's own deadline when it covers the whole answer: the client is gone
+        then, so the gateway ends the stream with a `deadline_exceeded` event it can still
+        read, and the engine stops computing tokens no one will read. Not before it: the
+        tokens up to then are the client's. A first-token or read deadline (the SDKs'
+        timeouts are per read) says nothing of how long a flowing stream may take.
+        """
+        return self.at if self.whole else None
 
 
 _CLASSES: tuple[Priority, ...] = ("interactive", "batch")
@@ -65,6 +79,13 @@ def deadline_s(headers: Mapping[str, str], default_s: float, max_s: float) -> fl
         if 0 < asked < math.inf:
             return min(asked, max_s)
     return default_s
+
+
+def whole_deadline(headers: Mapping[str, str], max_s: float) -> bool:
+    """Whether the deadline covers the whole answer: `x-request-timeout` said so, within
+    `max_s` (past it the gateway's own cap is the deadline, which is no client's)."""
+    asked = _asked_s(headers, _TIMEOUT_HEADERS[:1])
+    return asked is not None and asked <= max_s
 
 
 def held_deadline_s(

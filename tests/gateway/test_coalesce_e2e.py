@@ -208,6 +208,31 @@ async def test_the_leader_leaving_mid_stream_does_not_cut_its_followers(
     assert calls(upstream, user) == 1
 
 
+async def test_a_follower_is_cut_at_its_own_deadline_and_the_leader_goes_on(
+    gateway: Gateway, upstream: str, client: openai.AsyncOpenAI
+) -> None:
+    """A follower whose `x-request-timeout` (the whole answer's deadline) comes while the
+    shared stream still flows ends then with `deadline_exceeded`; the leader, and the one
+    upstream call, go on to the end."""
+    prompt, user = unique(words=10), "cut-" + uuid.uuid4().hex[:8]
+    request = body(prompt, user, x_delay=0.2, x_chunk_delay=0.2, stream=True)
+    leader = asyncio.create_task(ask_streamed(client, request))
+    await asyncio.sleep(0.5)  # the leader's first chunk has come: the follower follows
+    headers = {"Authorization": f"Bearer {KEY_A}", "x-request-timeout": "1.2"}
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream(
+            "POST", gateway.base_url + "/chat/completions", json=request, headers=headers
+        ) as follower,
+    ):
+        assert follower.headers["x-cache"] == "coalesced"
+        events = [line async for line in follower.aiter_lines() if line.startswith("data: ")]
+    assert '"deadline_exceeded"' in events[-1], events[-1]
+    assert not any("[DONE]" in event for event in events)
+    assert await leader == ("miss", f"echo: {prompt}", None)
+    assert calls(upstream, user) == 1
+
+
 async def test_followers_of_a_leader_whose_client_left_go_on_their_own(
     gateway: Gateway, upstream: str, client: openai.AsyncOpenAI
 ) -> None:

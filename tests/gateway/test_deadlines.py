@@ -117,18 +117,44 @@ def test_slow_upstream_gets_504_just_before_the_clients_deadline(
     )
 
 
-def test_a_started_stream_is_not_cut_by_the_deadline(gateway: Gateway) -> None:
-    """Two events arrive at once, then the upstream hangs: the client keeps its stream past
-    its deadline (1.5 s) until the backend's read timeout (2.5 s) ends it."""
-    headers = {"authorization": f"Bearer {KEY}", "x-request-timeout": "1.5"}
+def stream_events(gateway: Gateway, headers: dict[str, str]) -> tuple[list[str], float]:
+    """A streamed request to `hang-midstream` (two events at once, then the upstream
+    hangs): its `data:` lines, and how long the stream lasted."""
     body = chat("hang-midstream", stream=True)
     started = time.monotonic()
     with httpx.stream(
-        "POST", gateway.base_url + "/chat/completions", json=body, headers=headers, timeout=30
+        "POST",
+        gateway.base_url + "/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {KEY}", **headers},
+        timeout=30,
     ) as response:
         assert response.status_code == 200
         events = [line for line in response.iter_lines() if line.startswith("data: ")]
-    seconds = time.monotonic() - started
+    return events, time.monotonic() - started
+
+
+def test_a_started_stream_is_cut_at_the_clients_whole_request_deadline(
+    gateway: Gateway, fake_upstream: str
+) -> None:
+    """`x-request-timeout` is the whole answer's deadline: a stream still flowing then ends
+    with `deadline_exceeded` at the deadline itself (not before: its tokens are the
+    client's), and the upstream request is given up."""
+    stats_url = fake_upstream.removesuffix("/v1") + "/_stats"
+    abandoned = httpx.get(stats_url).json()["abandoned_streams"]
+    events, seconds = stream_events(gateway, {"x-request-timeout": "1.5"})
+    assert len(events) == 3, events
+    error = orjson.loads(events[-1][6:])["error"]
+    assert error["code"] == "deadline_exceeded", error
+    assert "x-request-timeout" in error["message"]
+    assert 1.5 <= seconds < READ_S, seconds
+    wait_until(lambda: httpx.get(stats_url).json()["abandoned_streams"] > abandoned, 10)
+
+
+def test_a_started_stream_is_not_cut_by_a_read_timeout(gateway: Gateway) -> None:
+    """The SDKs' timeouts are per read: a stream that has begun is not cut at theirs
+    (1.5 s) but at the backend's read timeout (2.5 s), the longest silence it bears."""
+    events, seconds = stream_events(gateway, {"x-stainless-read-timeout": "1.5"})
     assert len(events) == 3, events
     assert orjson.loads(events[-1][6:])["error"]["code"] == "upstream_timeout"
     assert seconds >= READ_S, seconds
