@@ -4,29 +4,21 @@ deadlines, shedding and pacing around the pure order of `gateway.traffic.fair_qu
 
 Strict priority between classes is deliberate: batch waits while interactive work waits,
 and is shed first (its expected wait counts the interactive queue; displacement picks it).
-Lower classes also wait while a top-class stream that was sent awaits its first token
-(`Slot.prefilling`): a batching engine computes a prompt in one step with whatever else it
-admitted, and a 256-token batch prompt adds about twice a bare step's time to it, so a
-batch request sent then lands in the step the interactive request waits on
-(bench/batch_interference.py --quick, two runs each at the same hour: interactive time to
-first token p99 2.46x and 3.34x its unloaded value with this, 3.46x and 3.92x without;
-batch lines per second unchanged, 9.3-9.6). Only streams are seen: a whole answer's first
-token is not. Held for one engine step instead (by then the engine has begun the step
-that computes the prompt), lower classes were released while a long step still ran, and
-joined the interactive request's step: bench/batch_interference.py --quick, two runs
-each, 3.33x and 3.63x against 2.10x and 2.53x held to the first token.
 
 Shedding aims to refuse at once, not after a wait: a newcomer is admitted only when its
 expected wait fits well within its deadline (`ADMIT_WAIT_FRACTION`), and whenever the
 queue moves the newest waiters are checked again, so that one whose expected wait has
 grown past its deadline is dropped then, not when the deadline comes.
 
-The pure parts live beside it: the order (`gateway.traffic.fair_queue`), the shedding
-decisions and wait estimates (`gateway.traffic.shedding`), the pace of lower classes
-(`gateway.traffic.pacing`) and the limits of the last seconds (`LimitMemory`, below).
+This module is the driver: the waiters' futures and timers, dispatch, and the counts it
+moves. The policies it asks are pure and live beside it: the order
+(`gateway.traffic.fair_queue`), the slots a class may take (`gateway.traffic.slots`), the
+admission estimate (`gateway.traffic.waits`, over `gateway.traffic.shedding`'s parts) and
+the pace of lower classes (`gateway.traffic.pacing`). The limit itself is learned apart
+(`gateway.traffic.capacity`, `gateway.traffic.gradient`) and set here.
 
-Over 400 lines: the driver's slots, timers, admission and re-checks all read and move the
-same queue and counts, on every arrival and release.
+Over 400 lines: the driver's waiters, timers, admission and re-checks all read and move
+the same queue and counts, on every arrival and release.
 """
 
 from __future__ import annotations
@@ -34,93 +26,20 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.traffic.fair_queue import Entry, FairQueue, token_cost
 from gateway.traffic.pacing import Pacer, prefill_steps
-from gateway.traffic.shedding import (
-    ADMIT_WAIT_FRACTION,
-    ClassLoad,
-    DrainRate,
-    ServiceTimeEstimator,
-    expected_wait_s,
-    measured_wait_s,
-    retry_after_s,
-    should_shed,
-)
+from gateway.traffic.shedding import ADMIT_WAIT_FRACTION, retry_after_s, should_shed
+from gateway.traffic.slots import Slots
+from gateway.traffic.waits import Waits
 
 DEFAULT_RANKS: Mapping[str, int] = {"interactive": 0, "batch": 1}
 DEFAULT_OUTPUT_WEIGHT = 2.0
 
 Clock = Callable[[], float]
 WaitHook = Callable[[str, float], None]
-
-
-_MIN_LEFTOVER = 0.05  # a class starved by higher ones: expect 20x longer, not forever
-# While the top class is active, lower classes leave this share of the ceiling, rounded
-# down, free for it: where the ceiling binds (a fixed limit) every slot is otherwise busy
-# under overload, and an interactive arrival, first in line, still waited for a request to
-# finish (bench/capacity.py, 5x: interactive time to first token p99 8x its unloaded value
-# with a fixed limit). Rounded down, since a reserved slot idles whenever the top class
-# does not fill it: one slot of 4 cost a quarter of a 4-slot upstream (bench/overload.py
-# --quick, 5x: goodput and utilisation 0.80), where waiting for the first of 4 to finish
-# costs the top class a quarter of a service time. A learned limit needs none: the top
-# class counts only its own requests against it (`FairScheduler._may_dispatch`).
-RESERVED_SHARE = 0.1
-# Admission counts on the lowest limit a cut set in this many seconds (a learned limit
-# swings down when the engine queues, and is pinned low while a latency baseline is
-# measured), re-checks on the highest. Both on the current limit, every swing down turned
-# the requests admitted at the top into late refusals: bench/capacity.py at 5x, adaptive
-# limits, about a fifth of the noisy tenant's refusals came 1 to 4 s after arrival, not at
-# once. Only cuts: the lower limits a learned limit grew from are no risk, and counted too,
-# a gateway whose limit had just grown from 8 to 26 took its interactive traffic (9 slots)
-# for all of 8 and refused batch requests with nothing queued for ten seconds after every
-# start (bench/capacity.py --quick, load 1, adaptive-metrics: 9% refused). A latency
-# measurement's pin is a cut: it ends by design, but while it holds the queue drains at
-# its pace for seconds, and counted on the limit it returns to, admission would take
-# requests that the pin then makes late.
-LIMIT_MEMORY_S = 10.0
-
-
-class LimitMemory:
-    """The limits in force over the last LIMIT_MEMORY_S seconds: the lowest a cut set and
-    the highest (pure: `now` is passed in)."""
-
-    def __init__(self, limit: int, now: float) -> None:
-        self._limits: deque[tuple[float, int, bool]] = deque()  # (since, limit, a cut)
-        self._bounds = (limit, limit)
-        self._until = -math.inf  # the bounds hold until then
-        self.set(limit, now)
-
-    def set(self, limit: int, now: float) -> None:
-        """The limit is now `limit`; 0 (held for a cold start) forgets the past, since what
-        the replicas will take is new."""
-        if limit == 0:
-            self._limits.clear()
-        else:
-            cut = bool(self._limits) and limit < self._limits[-1][1]
-            self._limits.append((now, limit, cut))
-        self._current = limit
-        self._until = -math.inf
-        self.bounds(now)  # forget what is older, so the record stays short
-
-    def bounds(self, now: float) -> tuple[int, int]:
-        """(lowest set by a cut, or the limit now if lower; highest). Read several times
-        per queued request, they change only when the limit does or an old limit leaves
-        the window: kept until then, instead of rebuilt from the record at every read."""
-        if now >= self._until:
-            horizon = now - LIMIT_MEMORY_S
-            while len(self._limits) > 1 and self._limits[1][0] <= horizon:
-                self._limits.popleft()  # [0] stays: the limit in force at the horizon
-            limits = [limit for _, limit, _ in self._limits] or [self._current]
-            cuts = [limit for _, limit, cut in self._limits if cut]
-            self._bounds = (min([limits[-1], *cuts]), max(limits))
-            # Valid until the oldest remembered change leaves the window.
-            later = len(self._limits) > 1
-            self._until = self._limits[1][0] + LIMIT_MEMORY_S if later else math.inf
-        return self._bounds
 
 
 # Waiters are checked again at once when the limit moves or an arrival goes before some
@@ -135,8 +54,9 @@ RECHECK_INTERVAL_S = 0.01
 
 # The controllers a benchmark may switch off one at a time (`FairScheduler(off=...)`, from
 # the config's `traffic.controllers_off`) to measure what each buys: the pacer of
-# lower classes, holding them while a top-class prompt is computed, admission by the
-# measured drain rate, and admission on the limits of the last LIMIT_MEMORY_S.
+# lower classes, holding them while a top-class prompt is computed (`Slots.prefills`),
+# admission by the measured drain rate, and admission on the limits of the last seconds
+# (`gateway.traffic.waits`).
 CONTROLLERS = frozenset({"pacing", "prefill_gate", "measured_drain", "limit_memory"})
 
 
@@ -269,42 +189,39 @@ class FairScheduler:
             raise ValueError(f"unknown controllers {sorted(unknown)}")
         self._off = off
         self._prefill_chunk = prefill_chunk_tokens
-        self._max = max_concurrency
-        self._ceiling = max_concurrency
-        self._limits = LimitMemory(max_concurrency, clock())
-        self._cold_start_s = 0.0  # expected time until capacity appears while it is 0
         self._max_queue = max_queue
         self._clock = clock
         self._ranks = dict(ranks)
         self._top_rank = min(self._ranks.values(), default=0)
+        self._slots = Slots(max_concurrency, self._top_rank)
+        self._waits = Waits(
+            max_concurrency,
+            clock(),
+            initial_service_s,
+            measured_drain="measured_drain" not in off,
+            limit_memory="limit_memory" not in off,
+        )
         self._output_weight = output_weight
         self._on_wait = on_wait
         self._admit_fraction = admit_fraction
         self._queue = FairQueue()
         self._waiters: dict[Entry, _Waiter] = {}
-        self._service = ServiceTimeEstimator(initial_service_s)
-        self._class_service: dict[int, ServiceTimeEstimator] = {}  # by class rank
-        self._in_flight = 0
-        self._in_flight_by_rank: dict[int, int] = {}
-        self._prefills = 0  # top-class streams sent and awaiting their first token
         self._pacer = Pacer()
         self._pace_timer: asyncio.TimerHandle | None = None
         self._dispatched = dict.fromkeys(self._ranks, 0)
-        self._load = ClassLoad()
-        self._drain = DrainRate(clock())  # idle until the first request
         self._shed: dict[tuple[str, str], int] = {}
         self._rechecked_at = -math.inf
 
     @property
     def mean_service_s(self) -> float:
-        return self._service.mean_s
+        return self._waits.service.mean_s
 
     def set_capacity(
         self, max_concurrency: int, cold_start_s: float = 0.0, ceiling: int | None = None
     ) -> None:
         """Replicas came or went, or their limits moved: dispatch at most `max_concurrency`
         at once from now on, each class counting its own and higher classes' requests
-        against it, all of them at most `ceiling` (default: no higher) (`_may_dispatch`).
+        against it, all of them at most `ceiling` (default: no higher) (`Slots.may_dispatch`).
 
         0 means no replica is ready (a cold start is under way): requests wait, held in
         the queue, and `cold_start_s` estimates when capacity appears. Raising it releases
@@ -312,20 +229,19 @@ class FairScheduler:
         """
         if max_concurrency < 0:
             raise ValueError("max_concurrency must be >= 0")
-        self._max = max_concurrency
-        self._ceiling = max_concurrency if ceiling is None else max(ceiling, max_concurrency)
-        self._limits.set(self._max, self._clock())
-        self._cold_start_s = cold_start_s
+        self._slots.set(max_concurrency, ceiling)
+        self._waits.limit_set(max_concurrency, self._clock())
+        self._waits.cold_start_s = cold_start_s
         self._pump()
 
     def expect_capacity_in(self, cold_start_s: float) -> None:
         """While no replica is ready: capacity is expected in `cold_start_s` (a start's
         estimate shrinks as it proceeds; `set_capacity` set it when capacity went to 0)."""
-        self._cold_start_s = cold_start_s
+        self._waits.cold_start_s = cold_start_s
 
     def _dispatchable_at_once(self, entry: Entry, now: float) -> bool:
         """Nobody of its class or a higher one waits, and it may be dispatched now (the
-        top class even while lower classes queue: `_may_dispatch`)."""
+        top class even while lower classes queue: `Slots.may_dispatch`)."""
         return (
             self._queue.ahead(entry.rank) == 0
             and now < entry.deadline
@@ -364,7 +280,7 @@ class FairScheduler:
         if priority not in self._ranks:
             raise ValueError(f"unknown priority class {priority!r}")
         now = self._clock()
-        self._drain.busy(now)
+        self._waits.drain.busy(now)
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
         steps = prefill_steps(input_tokens, self._prefill_chunk)
         rank = self._ranks[priority]
@@ -392,7 +308,7 @@ class FairScheduler:
         now, rank = self._clock(), self._ranks[priority]
         if self._queue.ahead(rank) == 0 and self._may_dispatch(rank, now):
             return 0.0
-        return self._admission_wait(tenant, weight, rank, now)
+        return self._waits.admission(self._queue, self._slots, tenant, weight, rank, now)
 
     def drop_waiting(self, reason: str, error: Callable[[], Exception]) -> None:
         """Fails every waiter with a new `error()` (a cold start failed: nothing will serve
@@ -407,10 +323,10 @@ class FairScheduler:
         depth = {name: self._queue.depth(rank) for name, rank in self._ranks.items()}
         return SchedulerSnapshot(
             depth=depth,
-            in_flight=self._in_flight,
-            max_concurrency=self._max,
+            in_flight=self._slots.in_flight,
+            max_concurrency=self._slots.limit,
             max_queue=self._max_queue,
-            mean_service_s=self._service.mean_s,
+            mean_service_s=self._waits.service.mean_s,
             dispatched=dict(self._dispatched),
             shed=dict(self._shed),
             counters=self._queue.counters(),
@@ -418,12 +334,14 @@ class FairScheduler:
 
     def _admit(self, entry: Entry, now: float) -> None:
         """Refuses on arrival (raises Shed), or makes room in a full queue."""
-        wait = self._admission_wait(entry.tenant, entry.weight, entry.rank, now)
+        wait = self._waits.admission(
+            self._queue, self._slots, entry.tenant, entry.weight, entry.rank, now
+        )
         # Held for a cold start, the wait is mostly the start's, not a queue at its limit.
-        fraction = self._admit_fraction if self._max else 1.0
+        fraction = self._admit_fraction if self._slots.limit else 1.0
         if should_shed(now, entry.deadline, wait, fraction):
             raise self._count(entry, Shed("deadline_unreachable", retry_after_s(wait)))
-        if self._in_flight < self._max or len(self._queue) < self._max_queue:
+        if self._slots.in_flight < self._slots.limit or len(self._queue) < self._max_queue:
             return
         victim = self._queue.newest_below(entry.rank)
         if victim is None:
@@ -431,85 +349,16 @@ class FairScheduler:
             raise self._count(entry, Shed("queue_full", retry_after_s(drain)))
         self._drop(victim, "displaced")
 
-    def _admission_wait(self, tenant: str, weight: float, rank: int, now: float) -> float:
-        """A newcomer's expected wait as admission counts it: the longer of the model's
-        (`_wait`) and the measured pace's (`measured_wait_s`), so that admission errs on
-        the side of a refusal now rather than one after a wait."""
-        ahead = self._queue.ahead_of(tenant, weight, rank)
-        wait = self._wait(ahead, rank, now, admitting=True)
-        rates = self._drain.rates(rank, tenant, now) if self._max else None
-        if wait == 0.0 or rates is None or "measured_drain" in self._off:
-            return wait
-        own = self._queue.line(tenant, rank)
-        since = self._queue.backlogged_since(tenant, rank)
-        if since is not None and since <= now - self._drain.window_s:
-            share = 0.0  # backlogged all through the window: its own rate is its turn
-        else:
-            share = self._share(tenant, weight, rank, now)
-        return max(wait, measured_wait_s(own, *rates, share))
-
-    def _share(self, tenant: str, weight: float, rank: int, now: float) -> float:
-        """The tenant's weight over those of the tenants that take turns in its class's
-        line: with waiters now, or finished lately (a light tenant's line is mostly empty,
-        but its arrivals go first; counted on waiters only, the noisy tenant expected the
-        whole class's pace when overload began, and got half)."""
-        weights = self._drain.weights(rank, now) | self._queue.waiting_weights(rank)
-        weights[tenant] = weight
-        return weight / sum(weights.values())
-
-    def _wait(self, ahead: int, rank: int, now: float, *, admitting: bool = False) -> float:
-        """Expected wait behind `ahead` waiters: higher classes arriving meanwhile go first,
-        so a lower class gets only what they leave. The queue drains at the pace of the
-        lowest limit of the last LIMIT_MEMORY_S when `admitting`, else of the highest:
-        admitted with a margin for the limit's swings, a waiter is dropped only once even
-        the best of them would not serve it in time (a latency baseline's pin halves the
-        limit for a few seconds, and re-checked on it, a fifth of the waiters were dropped
-        that would have been served)."""
-        basis = self._limit_bounds(now)[0 if admitting else 1]
-        higher = self._load.above(rank, now, self._class_mean_s, basis)
-        # Slots kept for the top class (`_cap`) are none of this class's to wait for; and
-        # the slots it may fill free up at its own pace: with the mean over every class,
-        # short interactive answers made a batch queue look twice as fast as it drained,
-        # and the batch requests admitted on that estimate were refused late.
-        slots = min(self._max, self._cap(rank, now))
-        serving = max(1, slots + basis - self._max)
-        busy = slots - self._free(rank, now)
-        wait = self._expected_wait(ahead, busy, slots, self._class_mean_s(rank), serving)
-        return wait / max(_MIN_LEFTOVER, 1.0 - higher)
-
-    def _limit_bounds(self, now: float) -> tuple[int, int]:
-        """(lowest set by a cut, highest) limit of the last LIMIT_MEMORY_S seconds; the
-        limit now for both with `limit_memory` off."""
-        if "limit_memory" in self._off:
-            return self._max, self._max
-        return self._limits.bounds(now)
-
     def class_service_s(self, priority: str) -> float:
         """The mean service time of a class's requests (the overall mean until it has
         samples)."""
-        return self._class_mean_s(self._ranks[priority])
-
-    def _class_mean_s(self, rank: int) -> float:
-        """A class's own mean service time; the overall mean until it has samples."""
-        estimator = self._class_service.get(rank)
-        return estimator.mean_s if estimator is not None else self._service.mean_s
+        return self._waits.class_mean_s(self._ranks[priority])
 
     def _wait_for(self, rank: int) -> float:
-        return self._expected_wait(self._queue.ahead(rank), self._in_flight, self._max)
-
-    def _expected_wait(
-        self,
-        ahead: int,
-        busy: int,
-        slots: int,
-        mean_s: float | None = None,
-        serving: int | None = None,
-    ) -> float:
-        """Behind `ahead` waiters, with `busy` of the `slots` a request may take in use."""
-        mean_s = self._service.mean_s if mean_s is None else mean_s
-        if self._max == 0:  # cold: the wait is the start, then a share of one replica
-            return self._cold_start_s + expected_wait_s(ahead, 0, 1, mean_s)
-        return expected_wait_s(ahead, busy, slots, mean_s, serving)
+        slots = self._slots
+        return self._waits.expected(
+            slots.limit, self._queue.ahead(rank), slots.in_flight, slots.limit
+        )
 
     def _pump(self, *, recheck: bool = True) -> None:
         """Dispatches while slots are free; drops expired waiters on the way. Then checks
@@ -542,49 +391,15 @@ class FairScheduler:
             return
         self._pace_timer = loop.call_later(delay_s, self._pump)
 
-    def _held(self, rank: int) -> int:
-        """Requests in flight of this class and the higher ones: the slots a request of
-        the class waits for (`_may_dispatch`)."""
-        return sum(n for r, n in self._in_flight_by_rank.items() if r <= rank)
-
-    def _cap(self, rank: int, now: float) -> int:
-        """How many may be in flight in all, for a request of this class to go: the
-        ceiling; for lower classes less a reserve of RESERVED_SHARE of it (rounded down)
-        while the top class has been dispatching lately, so that where the ceiling binds
-        (a fixed limit, where it is the limit) a top-class arrival finds a free slot at
-        once instead of waiting for a long batch request to finish."""
-        if rank == self._top_rank or not self._load.recent(self._top_rank, now):
-            return self._ceiling
-        return self._ceiling - math.floor(RESERVED_SHARE * self._ceiling)
-
-    def _free(self, rank: int, now: float) -> int:
-        """Slots a request of this class could take now."""
-        return max(0, min(self._max - self._held(rank), self._cap(rank, now) - self._in_flight))
-
     def _may_dispatch(self, rank: int, now: float) -> bool:
-        """Whether a request of this class may be dispatched now: the limit counts the
-        requests in flight of its class and the higher ones only, and all of them stay
-        within `_cap` (the ceiling, `set_capacity`).
-
-        So a higher class never waits for a lower class's slot: batch requests are long
-        and a learned limit full of them held interactive arrivals here for one to
-        finish, although the engine would have run them next (bench/slo_goodput.py,
-        vLLM's CPU build at load 1: interactive time to first token p99 5-7x the bare
-        engine's). The engine then holds at most the limit of the top class plus the lower
-        classes' requests already in flight, and lower classes go only once the total is
-        back under the limit; with priority scheduling the engine runs the top class first
-        anyway. Where the ceiling is the limit (a fixed limit) nothing goes over it.
-        """
-        if rank != self._top_rank and self._prefills:
-            return False  # not into the engine step that computes a top-class prompt
-        return self._free(rank, now) > 0
+        return self._slots.may_dispatch(rank, self._waits.top_active(self._top_rank, now))
 
     def _recheck(self, now: float) -> None:
         """Drops, from the back of each tenant's line, the waiters whose expected wait has
         grown past their deadline (a burst of higher-class work, slower service): told now,
         not at the deadline. Only the newest are at risk; the check stops at one that fits.
         """
-        if self._max == 0:
+        if self._slots.limit == 0:
             return  # held for a cold start, whose estimate does not shrink as it proceeds
         self._rechecked_at = now
         for rank, tenant in self._queue.tenants_waiting():
@@ -593,7 +408,8 @@ class FairScheduler:
                 if entry not in self._waiters:
                     break  # cannot happen (queue and waiters move together); never spin
                 ahead = self._queue.ahead_of(tenant, entry.weight, rank, position)
-                if not should_shed(now, entry.deadline, self._wait(ahead, rank, now)):
+                wait = self._waits.wait(self._slots, ahead, rank, now)
+                if not should_shed(now, entry.deadline, wait):
                     break
                 self._drop(
                     entry, "deadline_passed" if entry.deadline <= now else "deadline_slipped"
@@ -605,12 +421,11 @@ class FairScheduler:
         waiter.future.set_result(self._start(entry, now))
 
     def _start(self, entry: Entry, now: float) -> Slot:
-        self._in_flight += 1
+        self._slots.take(entry.rank)
         if entry.rank != self._top_rank:
             self._pacer.take(now, entry.steps)
-        self._in_flight_by_rank[entry.rank] = self._in_flight_by_rank.get(entry.rank, 0) + 1
         self._dispatched[entry.priority] = self._dispatched.get(entry.priority, 0) + 1
-        self._load.record(now, entry.rank)
+        self._waits.dispatched(now, entry.rank)
         if self._on_wait is not None:
             self._on_wait(entry.priority, now - entry.enqueued_at)
         return Slot(self, entry, now)
@@ -645,13 +460,13 @@ class FairScheduler:
         its first token (`prefill_ended`)."""
         if entry.rank != self._top_rank or "prefill_gate" in self._off:
             return False
-        self._prefills += 1
+        self._slots.prefills += 1
         return True
 
     def prefill_ended(self) -> None:
         """For `Slot`: a stream `prefill_began` counted has its first token."""
-        self._prefills -= 1
-        if not self._prefills:
+        self._slots.prefills -= 1
+        if not self._slots.prefills:
             self._pump(recheck=False)
 
     def finished(
@@ -672,20 +487,13 @@ class FairScheduler:
             service_s = now - granted_at
         tokens = token_cost(input_tokens, output_tokens, 1.0, self._output_weight)
         self._queue.complete(entry, tokens / entry.weight)
-        self._drain.record(now, entry.rank, entry.tenant, entry.weight)
-        self._in_flight -= 1
+        self._waits.finished(now, entry.rank, entry.tenant, entry.weight, service_s)
+        self._slots.give_back(entry.rank)
         if entry.rank != self._top_rank:  # the pace follows what it paces, not the top class
             self._pacer.finished(now, entry.steps)
-        self._in_flight_by_rank[entry.rank] -= 1
-        if service_s is not None:
-            self._service.observe(service_s)
-            estimator = self._class_service.get(entry.rank)
-            if estimator is None:
-                estimator = self._class_service[entry.rank] = ServiceTimeEstimator()
-            estimator.observe(service_s)
         self._pump(recheck=False)  # a release mostly shortens waits: see RECHECK_INTERVAL_S
-        if not self._in_flight and not len(self._queue):
-            self._drain.idle(now)
+        if not self._slots.in_flight and not len(self._queue):
+            self._waits.drain.idle(now)
 
     def _count(self, entry: Entry, shed: Shed) -> Shed:
         key = (entry.priority, shed.reason)

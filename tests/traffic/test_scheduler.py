@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.traffic.fair_queue import Entry, FairQueue, lifted_counter, token_cost
-from gateway.traffic.scheduler import LIMIT_MEMORY_S, FairScheduler, LimitMemory, Shed, Slot
+from gateway.traffic.scheduler import FairScheduler, Shed, Slot
 from gateway.traffic.shedding import (
     ADMIT_WAIT_FRACTION,
     MIN_DRAIN_SAMPLES,
@@ -24,6 +24,7 @@ from gateway.traffic.shedding import (
     retry_after_s,
     should_shed,
 )
+from gateway.traffic.waits import LIMIT_MEMORY_S, LimitMemory
 
 
 class FakeClock:
@@ -1027,7 +1028,7 @@ async def test_a_benchmark_may_switch_each_controller_off() -> None:
         scheduler = FairScheduler(10, 100, clock, off=off)
         scheduler.set_capacity(2)
         scheduler.set_capacity(10)
-        assert scheduler._limit_bounds(clock.now)[0] == floor
+        assert scheduler._waits.limit_bounds(10, clock.now)[0] == floor
     with pytest.raises(ValueError, match="unknown controllers"):
         FairScheduler(10, 100, clock, off=frozenset({"gradient"}))
 
