@@ -29,8 +29,9 @@ Set-up, all real processes on loopback:
   add (its best configuration): a client that gives up closes its connection, which
   aborts the request in the engine.
 
-The objective (SLO) per class, from the bare engine unloaded (interactive requests only,
-at 4% of load 1, first in the run):
+The objective (SLO) per class, from the bare engine unloaded, first in the run: time to
+first token from interactive prompts sent one at a time with `max_tokens` 1 (hundreds of
+them), time per output token from interactive streams at 4% of load 1:
     interactive  answered in full within its deadline, time to first token within 2x the
                  unloaded p99, and for streams of at least 64 tokens time per output token
                  ((latency - first token) / (tokens - 1)) within 2x the unloaded p99
@@ -70,6 +71,9 @@ generator, this script) on the others, so that the gateway's CPU does not slow t
 Metrics (JSON lines; every line has bench, seed, engine, replicas, pinned, and per phase
 mode and load; class where it says):
     bound_rps, unloaded_ttft_p99_ms, unloaded_tpot_p99_ms   the references
+    unloaded_stream_ttft_p99_ms the unloaded streams' own time to first token p99, for
+                                comparison (the reference before 2026-12-06: a few dozen
+                                samples at most)
     fixed_limit
     slo_goodput_rps             all, and by class
     slo_goodput_ratio_vs_bare   all, and by class (gateway modes)
@@ -166,6 +170,7 @@ from bench.loadgen import (  # noqa: E402
     PhaseSpec,
     Poll,
     Record,
+    RoundSpec,
     StreamSpec,
 )
 from bench.measure import percentile  # noqa: E402
@@ -182,6 +187,12 @@ DEADLINES = {"interactive": (5.0, 6.0), "batch": (15.0, 18.0)}
 SLO_FACTOR = 2.0  # the objective: within this many times the unloaded p99
 TPOT_MIN_TOKENS = 64  # time per output token is judged on streams at least this long
 UNLOADED_LOAD = 0.04  # the unloaded reference's rate, of load 1 (interactive only)
+# The unloaded time to first token is measured on interactive prompts sent one at a time
+# with max_tokens 1, for this share of the unloaded phase's seconds (hundreds of samples).
+# Taken from that phase's streams alone (18 in a quick run) its p99 was their slowest
+# one's, and it moved by a third between two runs of one seed: 52.8 and 70.6 ms
+# (2026-12-06), and with it every ratio to it.
+FIRST_TOKEN_SHARE = 0.5
 MODES = ("bare", "fixed", "adaptive-metrics", "adaptive-latency", "uncontrolled")
 ADAPTIVE = ("adaptive-metrics", "adaptive-latency")
 # `--ablate C`: the mode again with controller C off (traffic.controllers_off), "MODE-no-C".
@@ -792,12 +803,32 @@ class Bench:
         rates = {"interactive": UNLOADED_LOAD * self.bound}
         seconds = self.plan.unloaded_s
         phase = self.phase("bare", UNLOADED_LOAD, seed, rates, seconds, seconds - 1.0, True)
-        ttft, tpot = percentile(phase.ttfts(), 99), percentile(phase.tpots(), 99)
-        emit(self.run, "unloaded_ttft_p99_ms", ttft, "ms", samples=len(phase.ttfts()))
+        streamed = percentile(phase.ttfts(), 99)
+        emit(self.run, "unloaded_stream_ttft_p99_ms", streamed, "ms", samples=len(phase.ttfts()))
+        firsts = self.first_tokens(seed, FIRST_TOKEN_SHARE * seconds)
+        ttft, tpot = percentile(firsts, 99), percentile(phase.tpots(), 99)
+        emit(self.run, "unloaded_ttft_p99_ms", ttft, "ms", samples=len(firsts))
         emit(self.run, "unloaded_tpot_p99_ms", tpot, "ms", samples=len(phase.tpots()))
         if not ttft > 0 or not tpot > 0:
             raise RuntimeError(f"the unloaded phase measured nothing: {phase.result.records[:3]}")
         return Objective(SLO_FACTOR * ttft, SLO_FACTOR * tpot)
+
+    def first_tokens(self, seed: int, seconds: float) -> list[float]:
+        """Times to first token (ms) of interactive prompts sent straight to the engine
+        one at a time, each answering one token: the unloaded reference (FIRST_TOKEN_SHARE)."""
+        assert self.engine is not None and self.loadgen is not None
+        bodies = []
+        for body in self.bodies.variants("interactive", 256, seed, direct=True):
+            fields = orjson.loads(body)
+            fields["max_tokens"] = 1
+            bodies.append(orjson.dumps(fields).decode())
+        url = self.engine.url + CHAT_PATH
+        headers = {"content-type": "application/json"}
+        result = self.loadgen.closed(RoundSpec(url, headers, bodies, 1, seconds, stream=True))
+        self.engine.wait_idle()
+        if result.errors:
+            raise RuntimeError(f"the first-token reference failed: {result.first_error}")
+        return result.first_byte_ms
 
     def measure(self, repeats: int) -> None:
         assert self.engine is not None
