@@ -24,15 +24,15 @@ metrics where the backend declares its engine, else latency.
   baseline measurements pin the limit at half of it, never below half the `initial` limit
   (`min_pin`), for a few seconds at start and then rarely.
 
-Given both, the replica's limit is the lower of the two. The gateway used to build both
-for an engine with metrics, on the argument that an engine shows a queue only at
-`max_num_seqs` or a full KV cache while prefill steps double time to first token long
-before (bench/capacity.py, the fake engine: the engine limit alone grew to 183 where 17 kept
-TTFT within 2x). In front of the real vLLM the latency limiter held the limit at a third of
-what the engine ran, and SLO goodput at load 1 fell to a seventh of the engine-only
-limit's (bench/slo_goodput.py, three seeds: 2.8 against 22.9 requests/s; docs/slo-goodput.md),
-so it no longer does. The limit is a whole number of requests, at least `min_limit`, at most
-the backend's `max_concurrency` (now a ceiling).
+One signal per replica, never both (`ReplicaCapacity` refuses a latency limiter for an
+engine with metrics). Both used to apply, the lower limit winning, on the argument that
+an engine shows a queue only at `max_num_seqs` or a full KV cache while prefill steps
+double time to first token long before (bench/capacity.py, the fake engine: the engine
+limit alone grew to 183 where 17 kept TTFT within 2x). In front of the real vLLM the
+latency limiter held the limit at a third of what the engine ran, and SLO goodput at load 1
+fell to a seventh of the engine-only limit's (bench/slo_goodput.py, three seeds: 2.8
+against 22.9 requests/s; docs/slo-goodput.md). The limit is a whole number of requests, at
+least `min_limit`, at most the backend's `max_concurrency` (now a ceiling).
 
 LLM requests are not equal units. Where the engine reports its KV capacity in tokens
 (vLLM's `cache_config_info`), slow start ends at the number of requests of the recent mean
@@ -207,7 +207,7 @@ class CapacitySnapshot:
 
     mode: CapacityMode
     limit: int
-    source: str  # "fixed", "engine", "latency", "engine+latency"
+    source: str  # "fixed", "engine", "latency", or "initial" before either has a say
     engine_limit: float | None
     latency_limit: float | None
     running: float | None
@@ -218,15 +218,18 @@ class CapacitySnapshot:
 
 
 class ReplicaCapacity:
-    """One replica's limit, from its engine's metrics and the latencies it answers with."""
+    """One replica's limit: from its engine's metrics where it declares its engine, else
+    from the latencies it answers with (`gradient`), else (`mode: fixed`) its ceiling."""
 
     def __init__(self, config: CapacityConfig, gradient: GradientLimiter | None = None) -> None:
         self.config = config
         fixed = config.mode == "fixed"
+        if gradient is not None and (fixed or config.engine != "none"):
+            raise ValueError("a latency limiter is for an adaptive replica without metrics")
         self.limit = (
             config.ceiling if fixed else max(config.min_limit, min(config.initial, config.ceiling))
         )
-        self._gradient = None if fixed else gradient
+        self._gradient = gradient
         self._engine: EngineLimiter | None = None
         if not fixed and config.engine != "none":
             self._engine = EngineLimiter(
@@ -267,20 +270,18 @@ class ReplicaCapacity:
         if not self.adaptive:
             return self.limit
         self.sample = sample
-        candidates: list[float] = []
-        if self._engine is not None and sample is not None:
-            self._engine_limit = self._engine.update(sample, in_flight, self._expected_tokens, now)
-            if self._engine_limit is not None:
-                candidates.append(self._engine_limit)
-        else:
-            self._engine_limit = None  # no metrics this tick: latency alone
-        if self._gradient is not None:
-            candidates.append(self._gradient.update(now, in_flight))
+        limit: float | None = None
+        if self._engine is not None:  # no metrics this tick (None): the limit holds
+            self._engine_limit = None
+            if sample is not None:
+                tokens = self._expected_tokens
+                self._engine_limit = self._engine.update(sample, in_flight, tokens, now)
+            limit = self._engine_limit
+        elif self._gradient is not None:
+            limit = self._gradient.update(now, in_flight)
             self._remember_step(self._gradient)
-        if candidates:
-            self.limit = max(
-                self.config.min_limit, min(self.config.ceiling, math.floor(min(candidates)))
-            )
+        if limit is not None:
+            self.limit = max(self.config.min_limit, min(self.config.ceiling, math.floor(limit)))
         return self.limit
 
     def _remember_step(self, gradient: GradientLimiter) -> None:
@@ -338,12 +339,9 @@ class ReplicaCapacity:
     def _source(self) -> str:
         if not self.adaptive:
             return "fixed"
-        parts = []
         if self._engine_limit is not None:
-            parts.append("engine")
-        if self._gradient is not None:
-            parts.append("latency")
-        return "+".join(parts) or "initial"
+            return "engine"
+        return "latency" if self._gradient is not None else "initial"
 
 
 def fixed_capacity(limit: int) -> ReplicaCapacity:

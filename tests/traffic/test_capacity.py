@@ -142,7 +142,10 @@ def test_limits_stay_within_min_and_ceiling() -> None:
 
 
 def capacity(engine_name: str = "vllm", initial: int = 8) -> ReplicaCapacity:
+    """A replica limited by its engine's metrics, or (`engine_name` "") by latency."""
     config = CapacityConfig("adaptive", 256, initial, 1, "vllm" if engine_name else "none")
+    if engine_name:
+        return ReplicaCapacity(config)
     return ReplicaCapacity(config, GradientLimiter(initial, min_limit=1, max_limit=256))
 
 
@@ -167,14 +170,24 @@ def test_the_step_time_from_latency_outlasts_a_measurement_that_clears_the_sampl
     assert replica.step_s == pytest.approx(0.02)
 
 
-def test_with_both_signals_the_lower_limit_wins() -> None:
+def test_an_engine_with_metrics_is_limited_by_them_alone() -> None:
+    """One signal per replica: a latency limiter beside engine metrics is refused, and a
+    tick without metrics holds the engine's limit (latency has no say)."""
     replica = capacity(initial=40)
     now = 0.0
     for _ in range(QUEUED_TICKS):
         now += 0.25
         replica.update(now, 40, EngineSample(running=20, waiting=20))
     assert replica.limit == 20
-    assert replica.snapshot().source == "engine+latency"
+    assert replica.snapshot().source == "engine"
+    replica.observe("ttft", 100.0, now)
+    assert replica.update(now + 0.25, 20, None) == 20
+    assert replica.snapshot().latency_limit is None
+    config = CapacityConfig("adaptive", 256, 8, 1, "vllm")
+    with pytest.raises(ValueError, match="without metrics"):
+        ReplicaCapacity(config, GradientLimiter(8))
+    with pytest.raises(ValueError, match="without metrics"):
+        ReplicaCapacity(CapacityConfig("fixed", 4), GradientLimiter(8))
 
 
 def test_a_fixed_replica_never_moves() -> None:
