@@ -29,7 +29,8 @@ Set-up, all real processes on loopback:
   add (its best configuration): a client that gives up closes its connection, which
   aborts the request in the engine.
 
-The objective (SLO) per class, from the bare engine unloaded, first in the run: time to
+The objective (SLO) per class, from the bare engine unloaded, measured for each seed
+right before its phases: time to
 first token from interactive prompts sent one at a time with `max_tokens` 1 (hundreds of
 them), time per output token from interactive streams at 4% of load 1:
     interactive  answered in full within its deadline, time to first token within 2x the
@@ -799,16 +800,17 @@ class Bench:
         wait_gateways_idle(replicas)
         return Phase(result, [s.tenant for s in specs], (duration_s - window_s, duration_s))
 
-    def objective(self, seed: int) -> Objective:
+    def objective(self, run: Run) -> Objective:
+        seed = run.seed
         rates = {"interactive": UNLOADED_LOAD * self.bound}
         seconds = self.plan.unloaded_s
         phase = self.phase("bare", UNLOADED_LOAD, seed, rates, seconds, seconds - 1.0, True)
         streamed = percentile(phase.ttfts(), 99)
-        emit(self.run, "unloaded_stream_ttft_p99_ms", streamed, "ms", samples=len(phase.ttfts()))
+        emit(run, "unloaded_stream_ttft_p99_ms", streamed, "ms", samples=len(phase.ttfts()))
         firsts = self.first_tokens(seed, FIRST_TOKEN_SHARE * seconds)
         ttft, tpot = percentile(firsts, 99), percentile(phase.tpots(), 99)
-        emit(self.run, "unloaded_ttft_p99_ms", ttft, "ms", samples=len(firsts))
-        emit(self.run, "unloaded_tpot_p99_ms", tpot, "ms", samples=len(phase.tpots()))
+        emit(run, "unloaded_ttft_p99_ms", ttft, "ms", samples=len(firsts))
+        emit(run, "unloaded_tpot_p99_ms", tpot, "ms", samples=len(phase.tpots()))
         if not ttft > 0 or not tpot > 0:
             raise RuntimeError(f"the unloaded phase measured nothing: {phase.result.records[:3]}")
         return Objective(SLO_FACTOR * ttft, SLO_FACTOR * tpot)
@@ -840,9 +842,11 @@ class Bench:
             self.bound = self.bound_rps
             emit(self.run, "bound_rps", self.bound, "req/s", given=True)
         self.engine.wait_idle()
-        objective = self.objective(self.run.seed)
         for repeat in range(repeats):
             run = replace(self.run, seed=self.run.seed + repeat)
+            # Each seed's references right before its phases: this machine's speed drifts
+            # over a run (a reference taken once moved by half between runs an hour apart).
+            objective = self.objective(run)
             for mode in self.modes:
                 self.mode_phases(run, objective, mode)
 
