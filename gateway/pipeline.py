@@ -67,7 +67,7 @@ from gateway.tenancy.tenants import Catalog
 from gateway.traffic.affinity import affinity_key
 from gateway.traffic.deadline import (
     Deadline,
-    deadline_s,
+    client_deadline,
     held_deadline_s,
     request_class,
     whole_deadline,
@@ -358,9 +358,7 @@ class Pipeline:
         # The deadline is the class's the request runs in, and started when it arrived.
         traffic = self._traffic
         default_s = traffic.deadline_s[priority]
-        length_s = deadline_s(headers, default_s, traffic.max_deadline_s)
-        full = whole_deadline(headers, traffic.max_deadline_s)
-        deadline = Deadline.after(length_s, exchange.elapsed_s(), whole=full)
+        deadline = client_deadline(headers, default_s, traffic.max_deadline_s, exchange.elapsed_s())
         pool, fallbacks = self._pools[route.backend], self._chains.get(route.model, ())
         policy = tenant.degrade or self._degrade.get(route.model)
         # Every stream asks for usage: quotas are charged what the engine counted.

@@ -190,7 +190,7 @@ async def until(
     pieces = aiter(events)
     while True:
         try:
-            async with asyncio.timeout_at(_loop_time(cut_at)):
+            async with asyncio.timeout(max(0.0, cut_at - time.monotonic())):
                 piece = await anext(pieces)
         except StopAsyncIteration:
             return
@@ -203,11 +203,6 @@ async def until(
     )
     ended[:] = [Ending(failure.status, failure.code)]
     yield error_event(failure)
-
-
-def _loop_time(monotonic_at: float) -> float:
-    """`monotonic_at` on the event loop's clock (asyncio's timers)."""
-    return asyncio.get_running_loop().time() + (monotonic_at - time.monotonic())
 
 
 class RelayedStream(StreamingResponse):

@@ -81,6 +81,15 @@ def deadline_s(headers: Mapping[str, str], default_s: float, max_s: float) -> fl
     return default_s
 
 
+def client_deadline(
+    headers: Mapping[str, str], default_s: float, max_s: float, elapsed_s: float
+) -> Deadline:
+    """The deadline of a request that arrived `elapsed_s` ago: its length (`deadline_s`),
+    covering the whole answer when `x-request-timeout` set it (`whole_deadline`)."""
+    length_s = deadline_s(headers, default_s, max_s)
+    return Deadline.after(length_s, elapsed_s, whole=whole_deadline(headers, max_s))
+
+
 def whole_deadline(headers: Mapping[str, str], max_s: float) -> bool:
     """Whether the deadline covers the whole answer: `x-request-timeout` said so, within
     `max_s` (past it the gateway's own cap is the deadline, which is no client's)."""

@@ -280,7 +280,7 @@ class FairScheduler:
         if priority not in self._ranks:
             raise ValueError(f"unknown priority class {priority!r}")
         now = self._clock()
-        self._waits.drain.busy(now)
+        self._waits.busy(now)
         charge = token_cost(input_tokens, max_output_tokens, weight, self._output_weight)
         steps = prefill_steps(input_tokens, self._prefill_chunk)
         rank = self._ranks[priority]
@@ -493,7 +493,7 @@ class FairScheduler:
             self._pacer.finished(now, entry.steps)
         self._pump(recheck=False)  # a release mostly shortens waits: see RECHECK_INTERVAL_S
         if not self._slots.in_flight and not len(self._queue):
-            self._waits.drain.idle(now)
+            self._waits.idle(now)
 
     def _count(self, entry: Entry, shed: Shed) -> Shed:
         key = (entry.priority, shed.reason)

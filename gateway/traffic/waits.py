@@ -100,7 +100,7 @@ class Waits:
         self.service = ServiceTimeEstimator(initial_service_s)
         self._class_service: dict[int, ServiceTimeEstimator] = {}  # by class rank
         self._load = ClassLoad()
-        self.drain = DrainRate(now)  # idle until the first request
+        self._drain = DrainRate(now)  # idle until the first request
         self._limits = LimitMemory(limit, now)
         self._measured_drain = measured_drain
         self._limit_memory = limit_memory
@@ -114,11 +114,19 @@ class Waits:
     def dispatched(self, now: float, rank: int) -> None:
         self._load.record(now, rank)
 
+    def busy(self, now: float) -> None:
+        """A request arrived: the drain's clock runs (`DrainRate.busy`)."""
+        self._drain.busy(now)
+
+    def idle(self, now: float) -> None:
+        """Nothing queued or in flight: the drain's clock stops (`DrainRate.idle`)."""
+        self._drain.idle(now)
+
     def finished(
         self, now: float, rank: int, tenant: str, weight: float, service_s: float | None
     ) -> None:
         """A request left its slot; `service_s` a service-time sample, or None."""
-        self.drain.record(now, rank, tenant, weight)
+        self._drain.record(now, rank, tenant, weight)
         if service_s is None:
             return
         self.service.observe(service_s)
@@ -150,19 +158,19 @@ class Waits:
         (`wait`) and the measured pace's (`measured_wait_s`)."""
         ahead = queue.ahead_of(tenant, weight, rank)
         wait = self.wait(slots, ahead, rank, now, admitting=True)
-        rates = self.drain.rates(rank, tenant, now) if slots.limit else None
+        rates = self._drain.rates(rank, tenant, now) if slots.limit else None
         if wait == 0.0 or rates is None or not self._measured_drain:
             return wait
         own = queue.line(tenant, rank)
         since = queue.backlogged_since(tenant, rank)
-        if since is not None and since <= now - self.drain.window_s:
+        if since is not None and since <= now - self._drain.window_s:
             share = 0.0  # backlogged all through the window: its own rate is its turn
         else:
             # Its weight over those of the tenants that take turns in its class's line:
             # with waiters now, or finished lately (a light tenant's line is mostly empty,
             # but its arrivals go first; counted on waiters only, the noisy tenant expected
             # the whole class's pace when overload began, and got half).
-            weights = self.drain.weights(rank, now) | queue.waiting_weights(rank)
+            weights = self._drain.weights(rank, now) | queue.waiting_weights(rank)
             weights[tenant] = weight
             share = weight / sum(weights.values())
         return max(wait, measured_wait_s(own, *rates, share))
