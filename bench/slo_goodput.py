@@ -49,12 +49,13 @@ Modes, one gateway each (replicas: `--replicas`, requests split evenly), backend
     adaptive-latency  engine none, no capacity given
     uncontrolled      concurrency.mode fixed, max_concurrency 4096
 For each repeat (seed, seed+1, ...): bare at every load, then each mode at every load
-(1 first), its gateways started for them and stopped after, the engine and gateways left
-to go idle between phases. Each phase measures
-the requests sent in its last `window_s` (quick 8 s, full 30 s), after 2 s (quick) or 5 s
-of arrivals at loads up to 1, and overloaded after 18 s, when the clients that give up
-last have given up: until then the bare engine's queue still grows, and an earlier window
-shows it answering batch requests in time that it cannot answer in steady state.
+(1 first), the modes in an order shuffled by the seed (`mode_order`), its gateways
+started for them and stopped after, the engine and gateways left to go idle between
+phases. Each phase measures the requests sent in its last `window_s` (quick 8 s, full
+30 s), after 2 s (quick) or 5 s of arrivals at loads up to 1, and overloaded after 18 s,
+when the clients that give up last have given up: until then the bare engine's queue
+still grows, and an earlier window shows it answering batch requests in time that it
+cannot answer in steady state.
 
 `--ablate pacing,limit_memory,...` adds each adaptive mode again with one traffic-core
 controller off (the gateway's `traffic.controllers_off`), as mode `adaptive-metrics-no-pacing`
@@ -108,6 +109,8 @@ mode and load; class where it says):
                                 loads run in order (1, 0.3, 5) on the same gateways, so
                                 the rows follow the limit through two load changes
     loadgen_lag_p99_ms
+    mode_order                  each gateway mode's place in its seed's order (bare is first;
+                                the others shuffled by the seed)
 With `--repeats` > 1, each metric of a (mode, load, class) again with `repeat: "all"`: the
 median, and `low` and `high` over the repeats. Last, `target_met` per adaptive mode (the
 issue's targets, on the last repeat's figures or the medians).
@@ -847,8 +850,20 @@ class Bench:
             # Each seed's references right before its phases: this machine's speed drifts
             # over a run (a reference taken once moved by half between runs an hour apart).
             objective = self.objective(run)
-            for mode in self.modes:
+            for mode in self.mode_order(run):
                 self.mode_phases(run, objective, mode)
+
+    def mode_order(self, run: Run) -> list[str]:
+        """Bare first (the others are judged against it, `fixed` takes its limit from it),
+        then the gateway modes in an order shuffled by the seed: run in a fixed order, the
+        first gateway mode of every seed did worst at load 1 (2026-12-06), where two of
+        the modes beside it could not differ from it (controllers that only refuse, and
+        nothing was refused)."""
+        order = [m for m in self.modes if m != "bare"]
+        random.Random(f"{run.seed}/order").shuffle(order)
+        for position, mode in enumerate(order, 1):
+            emit(run, "mode_order", position, "position", mode=mode)
+        return ["bare", *order]
 
     def mode_phases(self, run: Run, objective: Objective, mode: str) -> None:
         """Every load for one mode, its gateways started for them and stopped after (an
