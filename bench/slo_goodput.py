@@ -37,9 +37,10 @@ them), time per output token from interactive streams at 4% of load 1:
                  unloaded p99, and for streams of at least 64 tokens time per output token
                  ((latency - first token) / (tokens - 1)) within 2x the unloaded p99
     batch        answered in full within its deadline
-SLO goodput: answers that meet their SLO, sent in the measured window, per second
-(DistServe, OSDI 2024). Its ratio to the bare engine's at the same load and seed (the same
-arrivals and prompts) is the headline.
+SLO goodput: answers that meet their SLO, ended in the measured window, per second
+(DistServe, OSDI 2024; until 2026-12-06 those sent in it, which credited a deep queue at
+5x with the answers it gave after arrivals stopped). Its ratio to the bare engine's at
+the same load and seed (the same arrivals and prompts) is the headline.
 
 Modes, one gateway each (replicas: `--replicas`, requests split evenly), backend `gpu`:
     bare              no gateway: straight to the engine
@@ -524,8 +525,20 @@ class Phase:
     def slo_goodput(
         self, objective: Objective, klass: str | None = None, tenant: str | None = None
     ) -> float:
-        kept = self.records(klass, tenant)
-        good = [r for r in kept if meets(r, CLASS_OF[self.tenants[r[0]]], objective)]
+        """Answers that met their SLO and ended inside the window, per second. By the
+        time they were sent instead, a gateway holding a deep queue at 5x was credited
+        with the answers it gave after arrivals stopped, from the queue the window had
+        left it (2026-12-06: admission on the model alone held 518 waiting and counted
+        34.7 req/s against 22.5 with the measured drain, at the same output tokens/s)."""
+        low, high = self.window
+        good = [
+            r
+            for r in self.result.records
+            if low <= r[1] + r[3] / 1000 < high
+            and (klass is None or CLASS_OF[self.tenants[r[0]]] == klass)
+            and (tenant is None or self.tenants[r[0]] == tenant)
+            and meets(r, CLASS_OF[self.tenants[r[0]]], objective)
+        ]
         return len(good) / self.seconds
 
     def ttfts(self) -> list[float]:
