@@ -58,7 +58,7 @@ when the clients that give up last have given up: until then the bare engine's q
 still grows, and an earlier window shows it answering batch requests in time that it
 cannot answer in steady state.
 
-`--ablate pacing,limit_memory,...` adds each adaptive mode again with one traffic-core
+`--ablate pacing,prefill_gate,...` adds each adaptive mode again with one traffic-core
 controller off (the gateway's `traffic.controllers_off`), as mode `adaptive-metrics-no-pacing`
 and so on: what each controller buys, on the same seeds and engine.
 

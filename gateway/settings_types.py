@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr, StringConstraints
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 Priority = Literal["interactive", "batch"]
 # Traffic-core controllers a benchmark may switch off (TrafficSettings.controllers_off).
-Controller = Literal["pacing", "prefill_gate", "measured_drain", "limit_memory"]
+Controller = Literal["pacing", "prefill_gate", "measured_drain"]
 Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 

@@ -40,7 +40,6 @@ import math
 
 from common.window import WindowSums
 
-DEFAULT_BURST = 1.0
 RATE_WINDOW_S = 2.0  # lower-class completions counted for the rate
 RATE_HEADROOM = 1.25  # dispatches may outpace completions by this much, for growth
 _EPSILON = 1e-9  # a token accrued over exactly one interval is a whole one, rounding aside
@@ -55,11 +54,10 @@ def prefill_steps(input_tokens: int, chunk_tokens: int | None) -> float:
 
 
 class Pacer:
-    def __init__(self, burst: float = DEFAULT_BURST) -> None:
-        if burst < 1:
-            raise ValueError("burst must be >= 1")
-        self._burst = burst
-        self._tokens = burst
+    """The token bucket; it holds one token (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._tokens = 1.0
         self._at: float | None = None
         self.interval_s = 0.0
         self._finished: WindowSums[None] = WindowSums(RATE_WINDOW_S)  # prompt steps
@@ -105,6 +103,6 @@ class Pacer:
     def _refill(self, now: float) -> float:
         if self._at is not None and self.interval_s > 0 and now > self._at:
             gained = (now - self._at) / self._interval(now)
-            self._tokens = min(self._burst, self._tokens + gained)
+            self._tokens = min(1.0, self._tokens + gained)
         self._at = now
         return self._tokens

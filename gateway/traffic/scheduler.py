@@ -54,10 +54,9 @@ RECHECK_INTERVAL_S = 0.01
 
 # The controllers a benchmark may switch off one at a time (`FairScheduler(off=...)`, from
 # the config's `traffic.controllers_off`) to measure what each buys: the pacer of
-# lower classes, holding them while a top-class prompt is computed (`Slots.prefills`),
-# admission by the measured drain rate, and admission on the limits of the last seconds
-# (`gateway.traffic.waits`).
-CONTROLLERS = frozenset({"pacing", "prefill_gate", "measured_drain", "limit_memory"})
+# lower classes, holding them while a top-class prompt is computed (`Slots.prefills`), and
+# admission by the measured drain rate (`gateway.traffic.waits`).
+CONTROLLERS = frozenset({"pacing", "prefill_gate", "measured_drain"})
 
 
 class Shed(Exception):
@@ -194,13 +193,7 @@ class FairScheduler:
         self._ranks = dict(ranks)
         self._top_rank = min(self._ranks.values(), default=0)
         self._slots = Slots(max_concurrency, self._top_rank)
-        self._waits = Waits(
-            max_concurrency,
-            clock(),
-            initial_service_s,
-            measured_drain="measured_drain" not in off,
-            limit_memory="limit_memory" not in off,
-        )
+        self._waits = Waits(clock(), initial_service_s, measured_drain="measured_drain" not in off)
         self._output_weight = output_weight
         self._on_wait = on_wait
         self._admit_fraction = admit_fraction
@@ -230,7 +223,6 @@ class FairScheduler:
         if max_concurrency < 0:
             raise ValueError("max_concurrency must be >= 0")
         self._slots.set(max_concurrency, ceiling)
-        self._waits.limit_set(max_concurrency, self._clock())
         self._waits.cold_start_s = cold_start_s
         self._pump()
 

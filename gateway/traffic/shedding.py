@@ -36,21 +36,18 @@ def expected_wait_s(
     in_flight: int,
     max_concurrency: int,
     mean_service_s: float,
-    serving: int | None = None,
 ) -> float:
     """Seconds until a newcomer would be dispatched.
 
     `ahead` counts the waiters that go before it or interleave with it: all of its own
     class and of higher classes, since the fair queue may serve any of them first. With
-    every slot busy, slots free up at `serving / mean_service_s` per second (`serving`:
-    the slots that will be serving the queue meanwhile, by default `max_concurrency`) and
+    every slot busy, slots free up at `max_concurrency / mean_service_s` per second and
     the newcomer needs the one after those `ahead` take.
     """
     free = max_concurrency - in_flight
     if free > ahead:
         return 0.0
-    serving = max_concurrency if serving is None else serving
-    return (ahead - free + 1) * mean_service_s / max(1, serving)
+    return (ahead - free + 1) * mean_service_s / max(1, max_concurrency)
 
 
 def should_shed(now: float, deadline: float, wait_s: float, fraction: float = 1.0) -> bool:

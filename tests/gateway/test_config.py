@@ -32,9 +32,9 @@ def test_good_config_parses_with_defaults() -> None:
 
 
 def test_controllers_switched_off_for_an_ablation_parse_as_a_set() -> None:
-    text = GOOD + "traffic: {controllers_off: [pacing, limit_memory, pacing]}\n"
+    text = GOOD + "traffic: {controllers_off: [pacing, prefill_gate, pacing]}\n"
     settings = parse_settings(text, "x.yaml", {})
-    assert settings.traffic.controllers_off == {"pacing", "limit_memory"}
+    assert settings.traffic.controllers_off == {"pacing", "prefill_gate"}
     assert parse_settings(GOOD, "x.yaml", {}).traffic.controllers_off == frozenset()
 
 

@@ -137,11 +137,6 @@ async def test_without_chunks_each_prompt_costs_one_step() -> None:
     await h.drain()
 
 
-def test_a_burst_below_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="burst"):
-        Pacer(burst=0.5)
-
-
 async def test_batch_growth_is_paced_interactive_is_not_and_a_timer_dispatches_the_rest() -> None:
     """Ten free slots and a step time of 20 ms: twelve batch requests at once start one at
     once, then one per 20 ms without anything else happening, and a finish frees no extra

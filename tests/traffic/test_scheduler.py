@@ -24,7 +24,6 @@ from gateway.traffic.shedding import (
     retry_after_s,
     should_shed,
 )
-from gateway.traffic.waits import LIMIT_MEMORY_S, LimitMemory
 
 
 class FakeClock:
@@ -529,23 +528,20 @@ async def test_a_batch_newcomer_counts_on_batch_service_times_not_the_mean_of_al
     await h.drain()
 
 
-async def test_admission_counts_on_the_lowest_recent_limit() -> None:
-    """A limit of 10 cut to 5 for a moment and back: for LIMIT_MEMORY_S a newcomer is
-    admitted as if the queue drained at the pace of 5 slots; after that, of 10 again."""
+async def test_admission_counts_on_the_limit_now() -> None:
+    """A limit of 10, cut to 5 and back: a newcomer is admitted on 10 (8 ahead, every slot
+    busy: 9 turns of 1 s / 10 = 0.9 s, within half of 3 s); on 5 (1.8 s) it is refused."""
     clock = FakeClock()
     h = Harness(FairScheduler(10, 100, clock, initial_service_s=1.0))
     for i in range(10 + 8):
         await h.submit(f"b{i}", tenant="jobs")
     assert len(h.running) == 10 and len(h.pending) == 8
     h.scheduler.set_capacity(5)
-    h.scheduler.set_capacity(10)
-    # 8 ahead, every slot busy: 9 turns of 1 s / 5 = 1.8 s, past half of 3 s.
     with pytest.raises(Shed, match="deadline_unreachable"):
         await h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 3.0)
-    assert len(h.pending) == 8  # the waiters stay
-    clock.now += LIMIT_MEMORY_S + 0.1
-    await h.submit("late", tenant="jobs", deadline=clock.now + 3.0)
-    assert len(h.pending) == 9  # the cut is forgotten: 9 turns of 1 s / 10, admitted
+    h.scheduler.set_capacity(10)
+    await h.submit("back", tenant="jobs", deadline=clock.now + 3.0)
+    assert len(h.pending) == 9
     await h.drain()
 
 
@@ -562,10 +558,10 @@ async def test_no_replica_yet_is_no_limit_to_remember() -> None:
     await h.drain()
 
 
-async def test_a_limit_pinned_low_for_a_moment_drops_no_waiter() -> None:
-    """Eighteen waiters admitted on a limit of 10 (the last expects 1.8 s of its 3.7);
-    the limit pinned at 3 for a moment: on 3 slots the last would expect 8 s and be
-    dropped, but re-checks count on the highest recent limit, so every waiter stays."""
+async def test_a_limit_cut_drops_the_waiters_it_makes_late_at_once() -> None:
+    """Eighteen waiters admitted on a limit of 10 (the last expects 1.8 s of its 3.7); the
+    limit cut to 3: on 3 slots the newest expects 6 s, so the re-check drops the waiters
+    past their deadline now (told at once, not at the deadline) and keeps the oldest."""
     clock = FakeClock()
     h = Harness(FairScheduler(10, 100, clock, initial_service_s=1.0))
     for i in range(10):
@@ -575,8 +571,11 @@ async def test_a_limit_pinned_low_for_a_moment_drops_no_waiter() -> None:
     assert len(h.pending) == 18
     h.scheduler.set_capacity(3)
     await h.settle()
-    assert len(h.pending) == 18
-    assert h.scheduler.snapshot().shed == {}
+    dropped = h.scheduler.snapshot().shed.get(("batch", "deadline_slipped"), 0)
+    assert 0 < dropped < 18
+    assert [tag for tag, task, _ in h.pending if not task.done()] == [
+        f"b{i}" for i in range(18 - dropped)
+    ]
     h.scheduler.set_capacity(10)
     await h.drain()
 
@@ -979,16 +978,15 @@ async def test_admission_counts_on_the_measured_drain_when_it_is_slower_than_the
     await h.drain()
 
 
-async def test_a_limit_that_grew_is_no_cut_for_admission() -> None:
-    """A learned limit growing from 8 to 26 (slow start): admission counts on 26, not on
-    the 8 it grew from. On 8, interactive traffic that took 8 slots' worth left batch
-    nothing, and a batch newcomer behind a full room expected 2 s of its 3 (refused: over
-    half); on 26, a fraction of a second. A cut would count (see
-    test_admission_counts_on_the_lowest_recent_limit)."""
-    for limits, refused in (((12, 18, 26), False), ((12, 18, 26, 8, 26), True)):
+async def test_the_higher_classes_load_is_a_share_of_the_limit_now() -> None:
+    """A learned limit grown from 8 to 26 (slow start) while interactive traffic took 8
+    slots' worth: a batch newcomer behind a full room expects a fraction of a second on
+    26, and is admitted; cut back to 8, that traffic leaves batch 5% (`_MIN_LEFTOVER`),
+    the newcomer expects 1.25 s, over half of its 2 s, and is refused."""
+    for refused in (False, True):
         clock = FakeClock()
         h = Harness(FairScheduler(8, 100, clock, initial_service_s=1.0))
-        for limit in limits:
+        for limit in (12, 18, 26):
             h.scheduler.set_capacity(limit)
         for i in range(50):  # 25 slot-seconds of interactive answers in the load window
             await h.submit(f"i{i}", tenant="web", priority="interactive")
@@ -997,7 +995,9 @@ async def test_a_limit_that_grew_is_no_cut_for_admission() -> None:
         for i in range(24):  # the batch room: 26 less the 2 kept for interactive
             await h.submit(f"b{i}", tenant="jobs")
         assert len(h.running) == 24
-        newcomer = h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 3.0)
+        if refused:
+            h.scheduler.set_capacity(8)
+        newcomer = h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 2.0)
         if refused:
             with pytest.raises(Shed, match="deadline_unreachable"):
                 await newcomer
@@ -1012,8 +1012,7 @@ async def test_a_limit_that_grew_is_no_cut_for_admission() -> None:
 async def test_a_benchmark_may_switch_each_controller_off() -> None:
     """`off` (traffic.controllers_off, for ablations): without the prefill gate a batch
     request goes while an interactive stream awaits its first token; without pacing
-    `set_pace` paces nothing; without limit memory admission counts on the limit now,
-    not the lowest a cut set lately. An unknown name is refused."""
+    `set_pace` paces nothing. An unknown name is refused."""
     clock = FakeClock()
     h = Harness(FairScheduler(10, 100, clock, off=frozenset({"prefill_gate", "pacing"})))
     await h.submit("i0", tenant="web", priority="interactive")
@@ -1024,26 +1023,5 @@ async def test_a_benchmark_may_switch_each_controller_off() -> None:
     await h.submit("b1", tenant="jobs")
     assert h.order == ["i0", "b0", "b1"]
     await h.drain()
-    for off, floor in ((frozenset(), 2), (frozenset({"limit_memory"}), 10)):
-        scheduler = FairScheduler(10, 100, clock, off=off)
-        scheduler.set_capacity(2)
-        scheduler.set_capacity(10)
-        assert scheduler._waits.limit_bounds(10, clock.now)[0] == floor
     with pytest.raises(ValueError, match="unknown controllers"):
         FairScheduler(10, 100, clock, off=frozenset({"gradient"}))
-
-
-def test_limit_memory_keeps_the_lowest_cut_and_the_highest_limit_of_its_window() -> None:
-    """The first limit and growth are no cuts (12 then 26: both bounds 26); a cut to 8 is
-    the floor while it is in the window, the peak stays 26; once the window has passed
-    both are the limit now; 0 (a cold start) forgets the past at once."""
-    memory = LimitMemory(12, 0.0)
-    memory.set(26, 1.0)
-    assert memory.bounds(1.0) == (26, 26)
-    memory.set(8, 2.0)
-    memory.set(20, 3.0)
-    assert memory.bounds(3.0) == (8, 26)
-    assert memory.bounds(3.0 + LIMIT_MEMORY_S + 0.1) == (20, 20)
-    memory.set(0, 20.0)
-    memory.set(5, 20.5)
-    assert memory.bounds(20.5) == (5, 5)

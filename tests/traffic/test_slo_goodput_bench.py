@@ -83,8 +83,9 @@ def test_overload_goes_to_the_noisy_tenant() -> None:
 
 def test_slo_goodput_counts_the_window_and_compares_with_bare() -> None:
     records = [
-        Record(0, 0.5, 50.0, 500.0, 200, None, False, 10),  # before the window: not counted
-        Record(0, 1.0, 50.0, 500.0, 200, None, False, 10),
+        Record(0, 0.2, 50.0, 500.0, 200, None, False, 10),  # ended before the window
+        Record(0, 0.8, 50.0, 500.0, 200, None, False, 10),  # sent before, ended in it
+        Record(0, 2.8, 50.0, 500.0, 200, None, False, 10),  # ended after it
         Record(0, 1.5, 150.0, 500.0, 200, None, False, 10),  # first token too late
         Record(1, 1.5, 800.0, 800.0, 200, None, False, 10),
         Record(1, 2.5, 1.0, 1.0, 503, "shed", False, 0),
