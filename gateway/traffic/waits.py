@@ -112,8 +112,8 @@ class Waits:
 
         Until 2026-12-06 admission counted on the lowest limit a cut had set in the last
         10 s and re-checks on the highest ("limit memory", for a learned limit's swings
-        and a latency baseline's pin). Two ablations on vLLM's CPU build, three seeds each
-        (docs/slo-goodput.md), found no effect of it at any load, so it went."""
+        and a latency baseline's pin). Three ablations on vLLM's CPU build, nine seeds in
+        all (docs/slo-goodput.md), established no effect of it, so it went."""
         higher = self._load.above(rank, now, self.class_mean_s, slots.limit)
         # Slots kept for the top class (`Slots.cap`) are none of this class's to wait for;
         # and the slots it may fill free up at its own pace: with the mean over every
