@@ -136,7 +136,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, get_args
@@ -509,11 +509,21 @@ class Phase:
     window: tuple[float, float]
 
     def records(self, klass: str | None = None, tenant: str | None = None) -> list[Record]:
+        """The requests sent inside the window (of a class, a tenant)."""
+        return self._in_window(lambda r: r[1], klass, tenant)
+
+    def ended(self, klass: str | None = None, tenant: str | None = None) -> list[Record]:
+        """The requests that ended inside the window (of a class, a tenant)."""
+        return self._in_window(lambda r: r[1] + r[3] / 1000, klass, tenant)
+
+    def _in_window(
+        self, at: Callable[[Record], float], klass: str | None, tenant: str | None
+    ) -> list[Record]:
         low, high = self.window
         return [
             r
             for r in self.result.records
-            if low <= r[1] < high
+            if low <= at(r) < high
             and (klass is None or CLASS_OF[self.tenants[r[0]]] == klass)
             and (tenant is None or self.tenants[r[0]] == tenant)
         ]
@@ -530,15 +540,8 @@ class Phase:
         with the answers it gave after arrivals stopped, from the queue the window had
         left it (2026-12-06: admission on the model alone held 518 waiting and counted
         34.7 req/s against 22.5 with the measured drain, at the same output tokens/s)."""
-        low, high = self.window
-        good = [
-            r
-            for r in self.result.records
-            if low <= r[1] + r[3] / 1000 < high
-            and (klass is None or CLASS_OF[self.tenants[r[0]]] == klass)
-            and (tenant is None or self.tenants[r[0]] == tenant)
-            and meets(r, CLASS_OF[self.tenants[r[0]]], objective)
-        ]
+        ended = self.ended(klass, tenant)
+        good = [r for r in ended if meets(r, CLASS_OF[self.tenants[r[0]]], objective)]
         return len(good) / self.seconds
 
     def ttfts(self) -> list[float]:
@@ -550,9 +553,7 @@ class Phase:
 
     def tokens_per_s(self) -> float:
         """Output tokens of answers completed inside the window, per second."""
-        low, high = self.window
-        done = [r for r in self.result.records if answered(r) and low <= r[1] + r[3] / 1000 < high]
-        return sum(r[7] for r in done) / self.seconds
+        return sum(r[7] for r in self.ended() if answered(r)) / self.seconds
 
     def polled(self, prefix: str) -> list[list[str]]:
         """Each poll's texts whose name starts with `prefix` taken in the window, by poll."""
