@@ -127,7 +127,7 @@ class TrafficSettings(Strict):
     retry: RetrySettings = RetrySettings()  # for every backend that sets no `retry`
     hold: HoldSettings = HoldSettings()
     # For ablation measurements (bench/slo_goodput.py), not for tuning: traffic-core
-    # controllers switched off, of gateway.traffic.scheduler.CONTROLLERS.
+    # controllers switched off (`Controller`, the scheduler's CONTROLLERS); see
     # docs/learned-capacity.md.
     controllers_off: frozenset[Controller] = frozenset()
 

@@ -28,7 +28,9 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import get_args
 
+from gateway.settings_types import Controller
 from gateway.traffic.fair_queue import Entry, FairQueue, token_cost
 from gateway.traffic.pacing import Pacer, prefill_steps
 from gateway.traffic.shedding import ADMIT_WAIT_FRACTION, retry_after_s, should_shed
@@ -55,8 +57,9 @@ RECHECK_INTERVAL_S = 0.01
 # The controllers a benchmark may switch off one at a time (`FairScheduler(off=...)`, from
 # the config's `traffic.controllers_off`) to measure what each buys: the pacer of
 # lower classes, holding them while a top-class prompt is computed (`Slots.prefills`), and
-# admission by the measured drain rate (`gateway.traffic.waits`).
-CONTROLLERS = frozenset({"pacing", "prefill_gate", "measured_drain"})
+# admission by the measured drain rate (`gateway.traffic.waits`). The names are the
+# config's (`Controller`), so that the two lists cannot drift apart.
+CONTROLLERS: frozenset[str] = frozenset(get_args(Controller))
 
 
 class Shed(Exception):
