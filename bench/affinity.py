@@ -64,7 +64,7 @@ from bench.capacity import MODEL
 from bench.measure import percentile
 from bench.processes import Gateway, start_gateway
 from bench.report import emitter, progress_of
-from bench.slo_goodput import Engine
+from bench.slo_goodput import PREFIX_COUNTERS, Engine
 
 BENCH = "affinity"
 KEY = "sk-bench-affinity-0123456789abcdef"
@@ -177,18 +177,7 @@ def gateway_config(urls: list[str], work: Path, affinity: bool) -> dict[str, Any
 
 
 def counters(engine: Engine) -> dict[str, float]:
-    text = httpx.get(engine.url + "/metrics", timeout=10).text
-    wanted = {
-        "vllm:prefix_cache_hits_total": "hits",
-        "vllm:prefix_cache_queries_total": "queries",
-        "vllm:request_success_total": "requests",
-    }
-    found = dict.fromkeys(wanted.values(), 0.0)
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in wanted:
-            found[wanted[name]] += float(line.rsplit(" ", 1)[1])
-    return found
+    return engine.counters(PREFIX_COUNTERS | {"vllm:request_success_total": "requests"})
 
 
 @dataclass

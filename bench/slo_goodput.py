@@ -100,13 +100,16 @@ mode and load; class where it says):
                                 / max-min fair share (water-filling by offered rate)
     concurrency_limit_mean, in_flight_mean, queued_mean   from /readyz (summed over
                                 replicas), engine_running_mean, engine_waiting_mean (its
-                                /metrics), preemptions (its counter over the phase)
+                                /metrics), preemptions (its counter over the phase),
+                                engine_prefix_hit_rate (prompt tokens its prefix cache
+                                served, of those looked up, in the window)
     engine_limit_mean, latency_limit_mean, latency_measuring_share   the first gateway's
                                 two limiters, and how much of the phase the latency one
                                 spent measuring its baseline (limit pinned at half)
     limit_trace                 with `--trace`: the first gateway's limit at each /readyz
                                 poll (0.5 s) of the whole phase, with t_s, in_flight,
-                                queued, latency_phase, engine_running, engine_waiting; the
+                                queued, pace_per_s (the pacer's lower-class rate),
+                                latency_phase, engine_running, engine_waiting; the
                                 loads run in order (1, 0.3, 5) on the same gateways, so
                                 the rows follow the limit through two load changes
     loadgen_lag_p99_ms
@@ -389,10 +392,12 @@ class Engine:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         log = work_dir / f"engine-{port}.log"
+        self.kind = kind
         if kind == "vllm":
             model = write_tiny_chat_model(default_model(), shape=VLLM)
             command = command_line(engine_python(), model, port, name=MODEL, extra=extra)
-            server = ServerProcess(command, self.url + "/health", log, env=environment())
+            env = environment() | {"VLLM_SERVER_DEV_MODE": "1"}  # for /reset_prefix_cache
+            server = ServerProcess(command, self.url + "/health", log, env=env)
             self.server = server.start(timeout_s=400)
         else:
             command = [sys.executable, "-m", "bench.fake_engine", "--port", str(port)]
@@ -401,6 +406,10 @@ class Engine:
 
     def scrape(self) -> Any:
         return parse_metrics("vllm", httpx.get(self.url + "/metrics", timeout=10).text)
+
+    def counters(self, names: dict[str, str]) -> dict[str, float]:
+        """Counters now, summed over their series: {name in /metrics: key} -> {key: sum}."""
+        return counter_sums(httpx.get(self.url + "/metrics", timeout=10).text, names)
 
     def wait_idle(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -411,8 +420,42 @@ class Engine:
             time.sleep(0.2)
         progress(f"engine still busy after {timeout_s:g} s")
 
+    def forget_prompts(self) -> None:
+        """Empties vLLM's prefix cache (the fake has none). Every phase of a seed sends the
+        same bodies, so without this each phase after the first read prompts an earlier
+        phase had computed, and the modes after the first one salted alike (the
+        gateway's `cache_salt`) more so: an order effect, not the mode's (2026-12-06)."""
+        if self.kind != "vllm":
+            return
+        for _ in range(50):  # it fails while a request holds blocks: wait for it
+            answer = httpx.post(self.url + "/reset_prefix_cache", timeout=30)
+            answer.raise_for_status()
+            if answer.json().get("success"):
+                return
+            time.sleep(0.2)
+        raise RuntimeError("vLLM kept its prefix cache for 10 s: a request holds blocks")
+
     def stop(self) -> None:
         self.server.stop()
+
+
+PREFIX_COUNTERS = {
+    "vllm:prefix_cache_hits_total": "hits",
+    "vllm:prefix_cache_queries_total": "queries",
+}
+
+
+def counter_sums(text: str, names: dict[str, str]) -> dict[str, float]:
+    """{key: the sum of the series of each counter named} in a /metrics text."""
+    found = dict.fromkeys(names.values(), 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in names:
+            found[names[name]] += float(line.rsplit(" ", 1)[1])
+    return found
+
+
+MAX_BOUND_RPS = 200  # bodies drawn for the bound: more than any engine here completes
 
 
 def measured_bound_rps(engine: Engine, bodies: Bodies, seconds: float, seed: int) -> float:
@@ -422,14 +465,20 @@ def measured_bound_rps(engine: Engine, bodies: Bodies, seconds: float, seed: int
 
     rng = random.Random(f"{seed}/bound")
     tenants = [t for t, share in SHARES.items() for _ in range(round(share * 20))]
-    pool = [bodies.body(t, MIX[CLASS_OF[t]].draw(rng), True, rng) for t in tenants * 20]
+    # Never one body twice: a repeated prompt is read from the engine's prefix cache, and
+    # the bound then counts answers the phases, whose prompts are all new, cannot give.
+    rounds = math.ceil(MAX_BOUND_RPS * seconds / len(tenants))
+    pool = [bodies.body(t, MIX[CLASS_OF[t]].draw(rng), True, rng) for t in tenants * rounds]
     pool = [orjson.dumps({**orjson.loads(b), "stream": False}).decode() for b in pool]
+    engine.forget_prompts()
 
     async def client(http: httpx.AsyncClient, index: int, until: float, done: list[int]) -> None:
         n = index
         while time.monotonic() < until:
             n += 64
-            answer = await http.post(CHAT_PATH, content=pool[n % len(pool)])
+            if n >= len(pool):
+                raise RuntimeError(f"the bound's {len(pool)} bodies ran out: raise MAX_BOUND_RPS")
+            answer = await http.post(CHAT_PATH, content=pool[n])
             if answer.status_code == 200:
                 done.append(1)
 
@@ -620,7 +669,19 @@ def load_figures(phase: Phase) -> dict[tuple[str, str | None], float]:
     out[("engine_waiting_mean", None)] = mean(s.waiting for s in samples)
     preempted = [s.preemptions for s in samples if s.preemptions is not None]
     out[("preemptions", None)] = preempted[-1] - preempted[0] if preempted else float("nan")
+    out[("engine_prefix_hit_rate", None)] = prefix_hit_rate(phase.polled("engine"))
     return out
+
+
+def prefix_hit_rate(polls: list[list[str]]) -> float:
+    """Prompt tokens the engine read from its prefix cache over the window, of those it
+    looked up. This workload shares no prefix between requests, so anything above a
+    few percent is a request seen by an earlier phase."""
+    texts = [t for t in next(iter(polls), []) if not t.startswith("error")]
+    if len(texts) < 2:
+        return float("nan")
+    first, last = (counter_sums(texts[i], PREFIX_COUNTERS) for i in (0, -1))
+    return ratio(last["hits"] - first["hits"], last["queries"] - first["queries"])
 
 
 def limit_figures(replicas: list[list[str]]) -> dict[tuple[str, str | None], float]:
@@ -662,6 +723,7 @@ def limit_trace(phase: Phase) -> list[dict[str, Any]]:
                 "limit": view.get("limit"),
                 "in_flight": view.get("in_flight"),
                 "queued": view.get("queued"),
+                "pace_per_s": view.get("pace_per_s"),
                 "latency_phase": latency.get("phase"),
                 "engine_running": nearest.running if nearest else None,
                 "engine_waiting": nearest.waiting if nearest else None,
@@ -691,6 +753,7 @@ UNITS = {
     "refused_share": "fraction",
     "jain_fairness": "index",
     "preemptions": "requests",
+    "engine_prefix_hit_rate": "ratio",
     "engine_running_mean": "requests",
     "engine_waiting_mean": "requests",
     "concurrency_limit_mean": "requests",
@@ -812,6 +875,7 @@ class Bench:
             polls=polls,
             urls=urls,
         )
+        self.engine.forget_prompts()
         result = self.loadgen.open(spec)
         self.engine.wait_idle()
         wait_gateways_idle(replicas)
@@ -843,6 +907,7 @@ class Bench:
             bodies.append(orjson.dumps(fields).decode())
         url = self.engine.url + CHAT_PATH
         headers = {"content-type": "application/json"}
+        self.engine.forget_prompts()
         result = self.loadgen.closed(RoundSpec(url, headers, bodies, 1, seconds, stream=True))
         self.engine.wait_idle()
         if result.errors:

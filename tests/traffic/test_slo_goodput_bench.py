@@ -19,6 +19,7 @@ from bench.slo_goodput import (
     limit_trace,
     meets,
     offered,
+    prefix_hit_rate,
     streams,
     versus_bare,
 )
@@ -182,3 +183,23 @@ def test_the_limit_trace_follows_the_first_gateway_with_the_engine_nearest_in_ti
     ]
     assert [(r["engine_running"], r["engine_waiting"]) for r in rows] == [(5, 2), (11, 2)]
     assert rows[0]["in_flight"] == 3 and rows[0]["queued"] == 1
+
+
+def test_the_prefix_hit_rate_is_the_windows_hits_over_its_lookups() -> None:
+    def engine(hits: int, queries: int) -> str:
+        lines = [f'vllm:prefix_cache_hits_total{{engine="{e}"}} {hits / 2}' for e in (0, 1)]
+        lines.append(f'vllm:prefix_cache_queries_total{{engine="0"}} {queries}')
+        return "\n".join(lines) + "\n"
+
+    polls = {
+        "engine": [
+            (0.2, engine(100, 1000)),
+            (0.5, "error: refused"),
+            (1.5, engine(150, 2000)),
+            (2.5, engine(900, 9000)),
+        ]
+    }
+    phase = Phase(PhaseResult(polls=polls), [], (0.0, 2.0))
+    assert prefix_hit_rate(phase.polled("engine")) == 50 / 1000
+    one = Phase(PhaseResult(polls={"engine": polls["engine"][:1]}), [], (0.0, 2.0))
+    assert prefix_hit_rate(one.polled("engine")) != prefix_hit_rate(one.polled("engine"))  # NaN
