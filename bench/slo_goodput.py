@@ -131,6 +131,7 @@ measure (a server that did not start, a gateway that refused its configuration).
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import random
@@ -472,11 +473,11 @@ def measured_bound_rps(engine: Engine, bodies: Bodies, seconds: float, seed: int
     pool = [orjson.dumps({**orjson.loads(b), "stream": False}).decode() for b in pool]
     engine.forget_prompts()
 
-    async def client(http: httpx.AsyncClient, index: int, until: float, done: list[int]) -> None:
-        n = index
+    sent = itertools.count()  # the clients take bodies in turn, each once
+
+    async def client(http: httpx.AsyncClient, until: float, done: list[int]) -> None:
         while time.monotonic() < until:
-            n += 64
-            if n >= len(pool):
+            if (n := next(sent)) >= len(pool):
                 raise RuntimeError(f"the bound's {len(pool)} bodies ran out: raise MAX_BOUND_RPS")
             answer = await http.post(CHAT_PATH, content=pool[n])
             if answer.status_code == 200:
@@ -490,7 +491,7 @@ def measured_bound_rps(engine: Engine, bodies: Bodies, seconds: float, seed: int
             base_url=engine.url, timeout=120, limits=limits, headers=headers
         ) as http:
             started = time.monotonic()
-            await asyncio.gather(*(client(http, i, started + seconds, done) for i in range(64)))
+            await asyncio.gather(*(client(http, started + seconds, done) for _ in range(64)))
             return len(done) / (time.monotonic() - started)
 
     return asyncio.run(run())
