@@ -52,10 +52,13 @@ VLLM = Shape(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_
 SHAPES = {"tiny": TINY, "vllm": VLLM}
 
 
-def write_tiny_chat_model(dest: Path, seed: int = 0, shape: Shape = TINY) -> Path:
-    """Write the model into `dest` unless it is already there; return `dest`."""
+def write_tiny_chat_model(
+    dest: Path, seed: int = 0, shape: Shape = TINY, byte_level: bool = False
+) -> Path:
+    """Write the model into `dest` unless it is already there; return `dest`. `byte_level`:
+    with `byte_tokenizer` instead of MiniLM's (`chat_tokenizer`)."""
     return write_folder_atomically(
-        Path(dest), lambda folder: _write_model(folder, seed, shape), is_complete
+        Path(dest), lambda folder: _write_model(folder, seed, shape, byte_level), is_complete
     )
 
 
@@ -92,11 +95,11 @@ def _move_into_place(staging: Path, dest: Path, complete: Callable[[Path], bool]
             raise
 
 
-def _write_model(folder: Path, seed: int, shape: Shape) -> None:
+def _write_model(folder: Path, seed: int, shape: Shape, byte_level: bool) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = chat_tokenizer()
+    tokenizer = byte_tokenizer() if byte_level else chat_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=shape.hidden_size,
@@ -105,8 +108,8 @@ def _write_model(folder: Path, seed: int, shape: Shape) -> None:
         num_attention_heads=shape.num_attention_heads,
         num_key_value_heads=shape.num_key_value_heads,
         max_position_embeddings=CONTEXT_LENGTH,
-        bos_token_id=tokenizer.cls_token_id,
-        eos_token_id=tokenizer.sep_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         # Untied output weights make greedy decoding wander over the vocabulary instead of
         # repeating the last token, which makes for better streaming tests.
@@ -129,6 +132,28 @@ def chat_tokenizer() -> PreTrainedTokenizerBase:
     tokenizer.eos_token = tokenizer.sep_token
     tokenizer.bos_token = tokenizer.cls_token
     tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.model_max_length = CONTEXT_LENGTH
+    return tokenizer
+
+
+def byte_tokenizer() -> PreTrainedTokenizerBase:
+    """One token a byte (GPT-2's byte alphabet, no merges), with `<s>`, `</s>` and `<pad>`
+    and the same chat template. vLLM's grammar engines read byte-level and SentencePiece
+    vocabularies, not BERT's WordPiece (llguidance: "can't determine decoder type:
+    WordPiece"; xgrammar: "grammar rejected tokens"), so a model that must make a tool call
+    under a named `tool_choice` (constrained to the tool's schema) needs this one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    special = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {token: i for i, token in enumerate([*special.values(), *alphabet])}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(list(special.values()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, **special)  # type: ignore[no-untyped-call]
+    tokenizer.chat_template = CHAT_TEMPLATE.replace("[SEP]", "</s>")
     tokenizer.model_max_length = CONTEXT_LENGTH
     return tokenizer
 

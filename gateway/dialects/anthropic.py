@@ -89,8 +89,9 @@ class Messages:
         text = (message.get("content") or "") + (message.get("refusal") or "")
         if text:
             content.append({"type": "text", "text": text})
-        content.extend(_tool_use(call) for call in message.get("tool_calls") or [])
-        stop_reason, stop_sequence = self.stop_of(choice)
+        calls = message.get("tool_calls") or []
+        content.extend(_tool_use(call) for call in calls)
+        stop_reason, stop_sequence = self.stop_of(choice, called=bool(calls))
         return {
             "id": message_id(answer.get("id")),
             "type": "message",
@@ -102,10 +103,17 @@ class Messages:
             "usage": usage(answer.get("usage")),
         }
 
-    def stop_of(self, choice: dict[str, Any]) -> tuple[str | None, str | None]:
-        """The stop reason and sequence of a chat choice. vLLM names the stop string that
-        ended the answer in `stop_reason`; other servers say only `stop`."""
+    def stop_of(
+        self, choice: dict[str, Any], called: bool = False
+    ) -> tuple[str | None, str | None]:
+        """The stop reason and sequence of a chat choice that made tool calls or not
+        (`called`). vLLM names the stop string that ended the answer in `stop_reason`;
+        other servers say only `stop`. A call the request named (`tool_choice`) ends in
+        `stop`, not `tool_calls` (OpenAI's API and vLLM alike), where Anthropic's says
+        `tool_use` whenever the model called a tool."""
         reason = choice.get("finish_reason")
+        if called and reason == "stop":
+            return "tool_use", None
         matched = choice.get("stop_reason")
         if reason == "stop" and isinstance(matched, str) and matched in self.stop_sequences:
             return "stop_sequence", matched
@@ -130,6 +138,7 @@ class _Stream(ChatStream):
         self._open: tuple[str, int] | None = None  # ("text", -1) or ("tool", chat index)
         self._blocks = 0
         self._choice: dict[str, Any] = {}
+        self._called = False  # a tool call was streamed
 
     def failed(self, error: dict[str, Any]) -> bytes:
         status = _STREAM_ERRORS.get(str(error.get("type")), 502)
@@ -162,6 +171,7 @@ class _Stream(ChatStream):
         return out
 
     def _tool_delta(self, call: dict[str, Any]) -> bytes:
+        self._called = True
         function = call.get("function") or {}
         block = {"type": "tool_use", "id": call.get("id"), "name": function.get("name")}
         out = self._block(("tool", call.get("index", 0)), {**block, "input": {}})
@@ -190,7 +200,7 @@ class _Stream(ChatStream):
 
     def done(self) -> bytes:
         out = self._close()
-        stop_reason, stop_sequence = self._request.stop_of(self._choice)
+        stop_reason, stop_sequence = self._request.stop_of(self._choice, self._called)
         delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
         out += _named("message_delta", {"delta": delta, "usage": usage(self.usage)})
         return out + _named("message_stop", {})

@@ -9,11 +9,8 @@ against its own `/v1/messages`, and against its chat route for the Responses API
 `/v1/responses` tokenizes the prompt with the tokenizer's special tokens, which its chat
 route leaves to the chat template: 2 more prompt tokens here, [CLS] and [SEP]).
 
-No test here has the engine make a tool call: this random model follows no tool format,
-and vLLM 0.32's constrained decoding (a named tool_choice) fails on its tokenizer
-("grammar rejected tokens [0]", a 500 mid-stream). Tool calls in both APIs are tested
-against a chat backend that makes them (tests/gateway/test_anthropic_api.py,
-test_responses_api.py)."""
+The engine makes tool calls in test_tool_calls_vllm.py, on a model of its own: vLLM's
+constrained decoding cannot read this shared engine's WordPiece vocabulary."""
 
 from __future__ import annotations
 

@@ -170,6 +170,31 @@ async def test_an_answer_becomes_a_message_with_its_stop_sequence() -> None:
     assert orjson.loads(messages.whole(200, orjson.dumps(length))[1])["stop_reason"] == "max_tokens"
 
 
+async def test_a_named_tool_call_that_ends_in_stop_is_a_tool_use_stop() -> None:
+    """OpenAI's API and vLLM end a call the request named (`tool_choice`) in `stop`."""
+    messages = Messages()
+    await messages.to_chat(orjson.dumps(_request()), "t")
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    answer = {
+        "id": "chatcmpl-abc",
+        "choices": [{"index": 0, "message": {"tool_calls": [call]}, "finish_reason": "stop"}],
+    }
+    message = orjson.loads(messages.whole(200, orjson.dumps(answer))[1])
+    assert message["stop_reason"] == "tool_use" and message["content"][0]["name"] == "f"
+    chunks = [
+        {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, **call}]}}]},
+        {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    streamed = messages.events([b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks])
+    streamed += messages.events([b"data: [DONE]\n\n"])
+    assert b'"stop_reason":"tool_use"' in streamed and b"input_json_delta" in streamed
+    plain = {
+        **answer,
+        "choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "stop"}],
+    }
+    assert orjson.loads(messages.whole(200, orjson.dumps(plain))[1])["stop_reason"] == "end_turn"
+
+
 def test_an_answer_a_message_cannot_express_is_a_502() -> None:
     call = {"id": "c", "type": "function", "function": {"name": "w", "arguments": "[1, 2"}}
     answer = {"choices": [{"message": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]}

@@ -1,0 +1,199 @@
+"""Tool calls made by the real vLLM, through the gateway, with the official clients: chat
+completions, Anthropic's Messages API and OpenAI's Responses API, plain and streamed, and
+the call's result sent back.
+
+A random model follows no tool format, so each request names its tool (`tool_choice`):
+vLLM then constrains the output to the tool's JSON schema (its structured outputs,
+xgrammar) and returns it as the tool call. Its grammar engines cannot read the shared
+engine's BERT WordPiece vocabulary, so this module starts an engine of its own on the same
+random Llama with a byte-level tokenizer (`backends.worker.tiny_model.byte_tokenizer`).
+The schema's enum bounds the arguments: a string the model wrote freely under the grammar
+could run to the token cap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from backends.local_vllm import command_line, default_model, engine_python, environment
+from backends.worker.tiny_model import VLLM, write_tiny_chat_model
+from bench.processes import Gateway, ServerProcess, free_port, start_gateway
+from tests.engine.conftest import INTERACTIVE_KEY, START_TIMEOUT_S, tenants, vllm_backend
+from tests.engine.shared import MODEL, Engine
+
+pytestmark = pytest.mark.serial
+
+CITIES = ["Oslo", "Paris", "Rome"]
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "enum": CITIES}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+FUNCTION = {"name": "pick_city", "description": "Pick a city.", "parameters": SCHEMA}
+
+
+@pytest.fixture(scope="module")
+def tool_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """vLLM on the byte-level model (beside `make engine`'s, at a fixed path: vLLM keys
+    its compiled graphs by it), JSON without free whitespace."""
+    model = write_tiny_chat_model(
+        default_model().with_name("tiny-vllm-bytes"), shape=VLLM, byte_level=True
+    )
+    port = free_port()
+    structured = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
+    extra = ["--max-num-seqs", "4", "--enable-auto-tool-choice", "--tool-call-parser"]
+    extra += ["pythonic", "--structured-outputs-config", structured]
+    log = tmp_path_factory.mktemp("tool-engine") / "vllm.log"
+    server = ServerProcess(
+        command_line(engine_python(), model, port, name=MODEL, extra=extra),
+        f"http://127.0.0.1:{port}/health",
+        log,
+        env=environment(),
+    ).start(timeout_s=START_TIMEOUT_S)
+    url = f"http://127.0.0.1:{port}"
+    assert server.process is not None
+    yield Engine(url, f"{url}/v1", server.process.pid, str(log))
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def tool_gateway(
+    tool_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    config = {
+        "state": {"url": "memory", "path": str(tmp_path_factory.mktemp("state") / "s.json")},
+        "backends": [vllm_backend(tool_engine, max_concurrency=8, concurrency={"mode": "fixed"})],
+        "cache": {"enabled": False},
+        "tenants": tenants(),
+    }
+    gateway = start_gateway(config, tmp_path_factory.mktemp("gateway"))
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def claude(tool_gateway: Gateway) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(
+        base_url=tool_gateway.url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
+    ) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def codex(tool_gateway: Gateway) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=tool_gateway.base_url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
+    ) as client:
+        yield client
+
+
+def test_chat_completions_get_the_engines_tool_call(codex: openai.OpenAI) -> None:
+    answer = codex.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Pick a city."}],
+        tools=[{"type": "function", "function": FUNCTION}],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "pick_city"}},
+        max_tokens=40,
+    )
+    calls = answer.choices[0].message.tool_calls
+    assert calls is not None and len(calls) == 1
+    call = calls[0]
+    assert call.type == "function" and call.function.name == "pick_city"
+    assert json.loads(call.function.arguments)["city"] in CITIES
+
+
+def test_a_message_gets_a_tool_use_block_and_answers_its_result(
+    claude: anthropic.Anthropic,
+) -> None:
+    tool = {"name": "pick_city", "description": "Pick a city.", "input_schema": SCHEMA}
+    asked: list[Any] = [{"role": "user", "content": "Pick a city."}]
+    message = claude.messages.create(
+        model=MODEL,
+        max_tokens=40,
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice={"type": "tool", "name": "pick_city"},
+        messages=asked,
+    )
+    assert message.stop_reason == "tool_use"
+    uses = [block for block in message.content if block.type == "tool_use"]
+    assert len(uses) == 1 and uses[0].name == "pick_city"
+    assert isinstance(uses[0].input, dict) and uses[0].input["city"] in CITIES
+    assert message.usage.output_tokens > 0
+    result = {"type": "tool_result", "tool_use_id": uses[0].id, "content": "Picked."}
+    after = claude.messages.create(
+        model=MODEL,
+        max_tokens=5,
+        tools=[tool],  # type: ignore[list-item]
+        messages=[
+            *asked,
+            {"role": "assistant", "content": message.content},
+            {"role": "user", "content": [result]},  # type: ignore[list-item]
+        ],
+    )
+    assert after.content and after.content[0].type == "text"
+    assert after.usage.input_tokens > message.usage.input_tokens  # the call and its result
+
+
+def test_a_streamed_message_sends_the_tool_use_as_input_json_deltas(
+    claude: anthropic.Anthropic,
+) -> None:
+    tool = {"name": "pick_city", "description": "Pick a city.", "input_schema": SCHEMA}
+    with claude.messages.stream(
+        model=MODEL,
+        max_tokens=40,
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice={"type": "tool", "name": "pick_city"},
+        messages=[{"role": "user", "content": "Pick a city."}],
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    types = [event.type for event in events]
+    assert types[0] == "message_start" and types[-1] == "message_stop"
+    partial = "".join(
+        e.delta.partial_json
+        for e in events
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    )
+    uses = [block for block in final.content if block.type == "tool_use"]
+    assert len(uses) == 1 and uses[0].name == "pick_city"
+    assert json.loads(partial) == uses[0].input and uses[0].input["city"] in CITIES  # type: ignore[index]
+    assert final.stop_reason == "tool_use"
+
+
+def test_a_response_gets_a_function_call_plain_and_streamed(codex: openai.OpenAI) -> None:
+    tool = {"type": "function", **FUNCTION}
+    choice = {"type": "function", "name": "pick_city"}
+    plain = codex.responses.create(
+        model=MODEL,
+        input="Pick a city.",
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice=choice,  # type: ignore[arg-type]
+        max_output_tokens=40,
+        store=False,
+    )
+    calls = [item for item in plain.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "pick_city"
+    assert json.loads(calls[0].arguments)["city"] in CITIES
+    events = list(
+        codex.responses.create(
+            model=MODEL,
+            input="Pick a city.",
+            tools=[tool],  # type: ignore[list-item]
+            tool_choice=choice,  # type: ignore[arg-type]
+            max_output_tokens=40,
+            store=False,
+            stream=True,
+        )
+    )
+    assert events[-1].type == "response.completed"
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert len(done) == 1 and "".join(deltas) == done[0].arguments
+    assert json.loads(done[0].arguments)["city"] in CITIES
