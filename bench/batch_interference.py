@@ -72,7 +72,6 @@ import io
 import math
 import os
 import re
-import signal
 import statistics
 import sys
 import tempfile
@@ -112,7 +111,7 @@ from bench.loadgen import (  # noqa: E402
     StreamSpec,
 )
 from bench.measure import percentile, ratio_interval  # noqa: E402
-from bench.processes import OPERATOR, Gateway, start_gateway  # noqa: E402
+from bench.processes import OPERATOR, Gateway, start_gateway, unwind_on_sigterm  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 
@@ -568,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK_PLAN if args.quick else FULL_PLAN
     if args.lines:
         plan = Plan(args.lines, plan.start_warm_s, plan.warm_s, plan.measure_s, plan.drain_s)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unwind_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
         work_dir = Path(tmp)
         engine: Engine | None = None

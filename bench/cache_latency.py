@@ -102,7 +102,6 @@ import argparse
 import dataclasses
 import hashlib
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -131,6 +130,7 @@ from bench.processes import (  # noqa: E402
     Gateway,
     ServerProcess,
     start_fake_upstream,
+    unwind_on_sigterm,
 )
 from bench.processes import start_gateway as start_gateway_process  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
@@ -779,8 +779,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = dataclasses.replace(plan, component_hnsw=True)
     if args.prompts is not None:
         plan = dataclasses.replace(plan, real_prompts=args.prompts)
-    # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unwind_on_sigterm()
     started = time.monotonic()
     failed = False
     emit_load("start")

@@ -148,7 +148,6 @@ import asyncio
 import hashlib
 import math
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -190,7 +189,13 @@ from bench.loadgen import (  # noqa: E402
 )
 from bench.measure import cpu_seconds, percentile, ratio_interval  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
-from bench.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
+from bench.processes import (  # noqa: E402
+    OPERATOR,
+    Gateway,
+    ServerProcess,
+    free_port,
+    unwind_on_sigterm,
+)
 from bench.report import emitter, progress_of  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
 
@@ -1305,8 +1310,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     ENGINE_KIND["kind"] = args.engine
-    # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unwind_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
         work_dir = Path(tmp)
         engine: Engine | None = None

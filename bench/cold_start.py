@@ -119,7 +119,7 @@ from bench import cold_start_files as files  # noqa: E402
 from bench import cold_start_held as held  # noqa: E402
 from bench import cold_start_s3 as s3  # noqa: E402
 from bench import cold_start_vllm  # noqa: E402
-from bench.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
+from bench.processes import OPERATOR, Gateway, ServerProcess, unwind_on_sigterm  # noqa: E402
 from bench.processes import start_gateway as start_gateway_process  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 from warmpool.layout import safe_name  # noqa: E402
@@ -851,8 +851,7 @@ def main(argv: list[str] | None = None) -> int:
         "parallelism": args.parallelism,
     }
     plan = Plan(**{**vars(plan), **{k: v for k, v in overrides.items() if v is not None}})
-    # A SIGTERM unwinds like Ctrl-C, so that the servers are stopped and the files removed.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unwind_on_sigterm()
     parent = args.tmp.resolve() if args.tmp else None
     work_dir = Path(tempfile.mkdtemp(prefix="bench-cold-start-", dir=parent))
     try:

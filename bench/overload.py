@@ -121,7 +121,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -144,7 +143,13 @@ import orjson  # noqa: E402
 
 from bench.loadgen import LoadGenerator, PhaseResult, PhaseSpec, Record, StreamSpec  # noqa: E402
 from bench.measure import cpu_seconds, percentile  # noqa: E402
-from bench.processes import Gateway, ServerProcess, free_port, start_gateway  # noqa: E402
+from bench.processes import (  # noqa: E402
+    Gateway,
+    ServerProcess,
+    free_port,
+    start_gateway,
+    unwind_on_sigterm,
+)
 from bench.report import emitter, progress_of  # noqa: E402
 
 BENCH = "overload"
@@ -684,8 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter phases, under a minute")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unwind_on_sigterm()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-overload-") as tmp:
         work_dir = Path(tmp)

@@ -15,6 +15,15 @@ import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def unwind_on_sigterm() -> None:
+    """A SIGTERM unwinds like Ctrl-C, so that a benchmark's `finally` stops its servers
+    (vLLM's engine core outlives its API server when that is killed alone) and removes
+    its files."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 # Every gateway a test starts has this operator key, which reads /metrics and /readyz's
 # details (gateway/tenancy/operators.py): send `OPERATOR` as the headers of those reads.
 OPERATOR_KEY = "op-test-operator-key-0123456789abcdef"

@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -88,6 +87,7 @@ from bench.processes import (  # noqa: E402
     ServerProcess,
     free_port,
     start_fake_upstream,
+    unwind_on_sigterm,
 )
 from bench.processes import start_gateway as start_gateway_process  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
@@ -329,8 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unwind_on_sigterm()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
         work_dir = Path(tmp)

@@ -184,7 +184,13 @@ from bench.loadgen import (  # noqa: E402
 )
 from bench.measure import percentile  # noqa: E402
 from bench.overload import jain, max_min_shares, start_all  # noqa: E402
-from bench.processes import OPERATOR, Gateway, ServerProcess, free_port  # noqa: E402
+from bench.processes import (  # noqa: E402
+    OPERATOR,
+    Gateway,
+    ServerProcess,
+    free_port,
+    unwind_on_sigterm,
+)
 from bench.report import emitter, progress_of  # noqa: E402
 from gateway.settings_types import Controller  # noqa: E402
 from gateway.traffic.engine_metrics import parse as parse_metrics  # noqa: E402
@@ -1142,6 +1148,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--kv-blocks: vLLM only, and at least 8 (one 1,024-token request)")
     run = Run(seed, engine_name, args.replicas, args.pin == "on", args.deadlines, args.kv_blocks)
     progress(f"seed {seed} (replay with --seed {seed}), engine {engine_name}, modes {modes}")
+    unwind_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="slo-goodput-") as folder:
         bench = Bench(plan, args.engine, Path(folder), run, modes, args.bound_rps, args.trace)
         try:

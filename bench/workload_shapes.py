@@ -146,7 +146,6 @@ import argparse
 import hashlib
 import math
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -190,7 +189,7 @@ from bench.loadgen import (  # noqa: E402
     StreamSpec,
 )
 from bench.measure import percentile  # noqa: E402
-from bench.processes import OPERATOR, Gateway, ServerProcess  # noqa: E402
+from bench.processes import OPERATOR, Gateway, ServerProcess, unwind_on_sigterm  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 from gateway.settings import TrafficSettings  # noqa: E402
 from gateway.traffic.retry import RetryBudget  # noqa: E402
@@ -1003,8 +1002,7 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = set(args.scenarios.split(",")) & {"fallback", "degrade"}
     if not scenarios:
         parser.error(f"--scenarios: none of {args.scenarios!r} is fallback or degrade")
-    # A SIGTERM unwinds like Ctrl-C, so that the servers and the load generator are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unwind_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="bench-workload-shapes-") as tmp:
         servers: list[ServerProcess] = []
         try:
