@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from backends.local_vllm import ENGINE_NAME
@@ -113,6 +115,30 @@ def vllm_gateway(
     gateway = start_gateway(config, tmp_path_factory.mktemp("gateway"), env)
     yield gateway
     gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def agent_gateway(vllm_gateway: Gateway) -> Gateway:
+    """The gateway `claude` and `codex` talk to; a module overrides it for its own."""
+    return vllm_gateway
+
+
+@pytest.fixture(scope="module")
+def claude(agent_gateway: Gateway) -> Iterator[anthropic.Anthropic]:
+    """The official Anthropic client, with the interactive tenant's key."""
+    with anthropic.Anthropic(
+        base_url=agent_gateway.url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
+    ) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def codex(agent_gateway: Gateway) -> Iterator[openai.OpenAI]:
+    """The official OpenAI client, with the interactive tenant's key."""
+    with openai.OpenAI(
+        base_url=agent_gateway.base_url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
+    ) as client:
+        yield client
 
 
 __all__ = ["ENGINE_NAME", "MAX_NUM_SEQS", "MODEL", "Engine"]

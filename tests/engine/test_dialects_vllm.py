@@ -14,7 +14,6 @@ constrained decoding cannot read this shared engine's WordPiece vocabulary."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -22,30 +21,12 @@ import httpx
 import openai
 import pytest
 
-from bench.processes import Gateway
-from tests.engine.conftest import INTERACTIVE_KEY
 from tests.engine.shared import MODEL, Engine
 
 # Beside the other real-engine tests: one engine, started once, for the serial phase.
 pytestmark = pytest.mark.serial
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-
-
-@pytest.fixture(scope="module")
-def claude(vllm_gateway: Gateway) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(
-        base_url=vllm_gateway.url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
-    ) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def codex(vllm_gateway: Gateway) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=vllm_gateway.base_url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
-    ) as client:
-        yield client
 
 
 def test_a_message_matches_the_engines_own_messages_route(

@@ -24,7 +24,7 @@ import pytest
 from backends.local_vllm import command_line, default_model, engine_python, environment
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
 from bench.processes import Gateway, ServerProcess, free_port, start_gateway
-from tests.engine.conftest import INTERACTIVE_KEY, START_TIMEOUT_S, tenants, vllm_backend
+from tests.engine.conftest import START_TIMEOUT_S, tenants, vllm_backend
 from tests.engine.shared import MODEL, Engine
 
 pytestmark = pytest.mark.serial
@@ -79,19 +79,9 @@ def tool_gateway(
 
 
 @pytest.fixture(scope="module")
-def claude(tool_gateway: Gateway) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(
-        base_url=tool_gateway.url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
-    ) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def codex(tool_gateway: Gateway) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=tool_gateway.base_url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
-    ) as client:
-        yield client
+def agent_gateway(tool_gateway: Gateway) -> Gateway:
+    """`claude` and `codex` (tests/engine/conftest.py) talk to this module's gateway."""
+    return tool_gateway
 
 
 def test_chat_completions_get_the_engines_tool_call(codex: openai.OpenAI) -> None:
@@ -169,30 +159,19 @@ def test_a_streamed_message_sends_the_tool_use_as_input_json_deltas(
 
 
 def test_a_response_gets_a_function_call_plain_and_streamed(codex: openai.OpenAI) -> None:
-    tool = {"type": "function", **FUNCTION}
-    choice = {"type": "function", "name": "pick_city"}
-    plain = codex.responses.create(
-        model=MODEL,
-        input="Pick a city.",
-        tools=[tool],  # type: ignore[list-item]
-        tool_choice=choice,  # type: ignore[arg-type]
-        max_output_tokens=40,
-        store=False,
-    )
+    request: dict[str, Any] = {
+        "model": MODEL,
+        "input": "Pick a city.",
+        "tools": [{"type": "function", **FUNCTION}],
+        "tool_choice": {"type": "function", "name": "pick_city"},
+        "max_output_tokens": 40,
+        "store": False,
+    }
+    plain = codex.responses.create(**request)
     calls = [item for item in plain.output if item.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "pick_city"
     assert json.loads(calls[0].arguments)["city"] in CITIES
-    events = list(
-        codex.responses.create(
-            model=MODEL,
-            input="Pick a city.",
-            tools=[tool],  # type: ignore[list-item]
-            tool_choice=choice,  # type: ignore[arg-type]
-            max_output_tokens=40,
-            store=False,
-            stream=True,
-        )
-    )
+    events = list(codex.responses.create(**request, stream=True))
     assert events[-1].type == "response.completed"
     done = [e for e in events if e.type == "response.function_call_arguments.done"]
     deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
