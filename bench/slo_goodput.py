@@ -430,8 +430,9 @@ class Engine:
     def forget_prompts(self) -> None:
         """Empties vLLM's prefix cache (the fake has none). Every phase of a seed sends the
         same bodies, so without this each phase after the first read prompts an earlier
-        phase had computed, and the modes after the first one salted alike (the
-        gateway's `cache_salt`) more so: an order effect, not the mode's (2026-12-06)."""
+        phase had computed (2026-12-06, seed 71: the bare engine at load 1 read 30% of its
+        prompt tokens so, the unloaded reference's; every mode at 0.3 three quarters, its
+        own load-1 phase's)."""
         if self.kind != "vllm":
             return
         for _ in range(50):  # it fails while a request holds blocks: wait for it
