@@ -671,21 +671,20 @@ def load_figures(phase: Phase) -> dict[tuple[str, str | None], float]:
             means = [mean(capacity_view(text).get(key) for text in texts) for texts in replicas]
             out[(metric, None)] = sum(means)
     out.update(limit_figures(replicas))
-    engine = next(iter(phase.polled("engine")), [])
-    samples = [parse_metrics("vllm", text) for text in engine if not text.startswith("error")]
+    engine = [t for t in next(iter(phase.polled("engine")), []) if not t.startswith("error")]
+    samples = [parse_metrics("vllm", text) for text in engine]
     out[("engine_running_mean", None)] = mean(s.running for s in samples)
     out[("engine_waiting_mean", None)] = mean(s.waiting for s in samples)
     preempted = [s.preemptions for s in samples if s.preemptions is not None]
     out[("preemptions", None)] = preempted[-1] - preempted[0] if preempted else float("nan")
-    out[("engine_prefix_hit_rate", None)] = prefix_hit_rate(phase.polled("engine"))
+    out[("engine_prefix_hit_rate", None)] = prefix_hit_rate(engine)
     return out
 
 
-def prefix_hit_rate(polls: list[list[str]]) -> float:
-    """Prompt tokens the engine read from its prefix cache over the window, of those it
-    looked up. This workload shares no prefix between requests, so anything above a
-    few percent is a request seen by an earlier phase."""
-    texts = [t for t in next(iter(polls), []) if not t.startswith("error")]
+def prefix_hit_rate(texts: list[str]) -> float:
+    """Prompt tokens the engine read from its prefix cache between the first and the last
+    of its /metrics `texts`, of those it looked up. This workload shares no prefix between
+    requests, so anything above a few percent is a request seen by an earlier phase."""
     if len(texts) < 2:
         return float("nan")
     first, last = (counter_sums(texts[i], PREFIX_COUNTERS) for i in (0, -1))

@@ -37,6 +37,7 @@ SCHEMA = {
     "additionalProperties": False,
 }
 FUNCTION = {"name": "pick_city", "description": "Pick a city.", "parameters": SCHEMA}
+TOOL = {"name": "pick_city", "description": "Pick a city.", "input_schema": SCHEMA}  # Anthropic's
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +103,11 @@ def test_chat_completions_get_the_engines_tool_call(codex: openai.OpenAI) -> Non
 def test_a_message_gets_a_tool_use_block_and_answers_its_result(
     claude: anthropic.Anthropic,
 ) -> None:
-    tool = {"name": "pick_city", "description": "Pick a city.", "input_schema": SCHEMA}
     asked: list[Any] = [{"role": "user", "content": "Pick a city."}]
     message = claude.messages.create(
         model=MODEL,
         max_tokens=40,
-        tools=[tool],  # type: ignore[list-item]
+        tools=[TOOL],  # type: ignore[list-item]
         tool_choice={"type": "tool", "name": "pick_city"},
         messages=asked,
     )
@@ -120,7 +120,7 @@ def test_a_message_gets_a_tool_use_block_and_answers_its_result(
     after = claude.messages.create(
         model=MODEL,
         max_tokens=5,
-        tools=[tool],  # type: ignore[list-item]
+        tools=[TOOL],  # type: ignore[list-item]
         messages=[
             *asked,
             {"role": "assistant", "content": message.content},
@@ -135,11 +135,10 @@ def test_a_message_gets_a_tool_use_block_and_answers_its_result(
 def test_a_streamed_message_sends_the_tool_use_as_input_json_deltas(
     claude: anthropic.Anthropic,
 ) -> None:
-    tool = {"name": "pick_city", "description": "Pick a city.", "input_schema": SCHEMA}
     with claude.messages.stream(
         model=MODEL,
         max_tokens=40,
-        tools=[tool],  # type: ignore[list-item]
+        tools=[TOOL],  # type: ignore[list-item]
         tool_choice={"type": "tool", "name": "pick_city"},
         messages=[{"role": "user", "content": "Pick a city."}],
     ) as stream:

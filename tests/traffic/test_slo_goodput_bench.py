@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -17,6 +18,7 @@ from bench.slo_goodput import (
     Phase,
     limit_figures,
     limit_trace,
+    load_figures,
     meets,
     offered,
     prefix_hit_rate,
@@ -193,13 +195,15 @@ def test_the_prefix_hit_rate_is_the_windows_hits_over_its_lookups() -> None:
 
     polls = {
         "engine": [
+            (0.1, "error: refused"),
             (0.2, engine(100, 1000)),
-            (0.5, "error: refused"),
             (1.5, engine(150, 2000)),
             (2.5, engine(900, 9000)),
         ]
     }
+    rate = ("engine_prefix_hit_rate", None)
     phase = Phase(PhaseResult(polls=polls), [], (0.0, 2.0))
-    assert prefix_hit_rate(phase.polled("engine")) == 50 / 1000
-    one = Phase(PhaseResult(polls={"engine": polls["engine"][:1]}), [], (0.0, 2.0))
-    assert prefix_hit_rate(one.polled("engine")) != prefix_hit_rate(one.polled("engine"))  # NaN
+    assert load_figures(phase)[rate] == 50 / 1000  # the window's polls, the error skipped
+    one = Phase(PhaseResult(polls={"engine": polls["engine"][:2]}), [], (0.0, 2.0))
+    assert math.isnan(load_figures(one)[rate])
+    assert math.isnan(prefix_hit_rate([]))
