@@ -298,8 +298,22 @@ def test_the_pair_model_serves_a_rewording_the_verifier_refused(gateway: Gateway
 def test_identical_requests_at_once_share_one_lookup(gateway: Gateway) -> None:
     """Sixteen identical requests sent at once: each gets the semantic hit, and those that
     came while the first one's lookup ran were answered by it (stage `shared`) instead
-    of embedding the prompt again."""
-    system = "You answer account questions."  # a namespace of this test's own
+    of embedding the prompt again. Whether one comes while it runs depends on the
+    machine: in a clean-clone `make test` (two workers on two cores, 2026-12-06) every
+    lookup of a burst once ended before the next request reached it. So up to three
+    bursts, each in a namespace of its own, until one shares; every burst must account
+    for each of its lookups."""
+    for attempt in range(3):
+        shared, embedded = _burst(gateway, f"You answer account questions ({attempt}).")
+        assert embedded + shared == 16  # each lookup embedded its prompt or shared another's
+        if shared >= 1:
+            break
+    assert shared >= 1
+
+
+def _burst(gateway: Gateway, system: str) -> tuple[float, float]:
+    """Sixteen identical requests at once in the namespace `system`, once its entry is
+    stored; all must be semantic hits. (lookups shared, prompts embedded) meanwhile."""
     stored(gateway, "How do I delete my account?", system=system)
     deadline = time.monotonic() + 5  # embedded and in the store, not only pending
     while ask(gateway, "how do I delete my account", system=system).headers["x-cache"] != "hit":
@@ -326,14 +340,10 @@ def test_identical_requests_at_once_share_one_lookup(gateway: Gateway) -> None:
     }
     assert {content(a) for a in answers} == {"echo: How do I delete my account?"}
     after = _metric_totals(httpx.get(gateway.url + "/metrics", headers=OPERATOR).text)
-    shared = after['gateway_cache_lookup_seconds_count{stage="shared"}'] - before.get(
-        'gateway_cache_lookup_seconds_count{stage="shared"}', 0.0
-    )
-    embedded = (
-        after["gateway_cache_embedder_texts_total"] - before["gateway_cache_embedder_texts_total"]
-    )
-    assert shared >= 1
-    assert embedded + shared == 16  # each lookup embedded its prompt or shared another's
+    stage = 'gateway_cache_lookup_seconds_count{stage="shared"}'
+    shared = after.get(stage, 0.0) - before.get(stage, 0.0)
+    texts = "gateway_cache_embedder_texts_total"
+    return shared, after[texts] - before[texts]
 
 
 def _metric_totals(text: str) -> dict[str, float]:
