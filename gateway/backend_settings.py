@@ -161,6 +161,10 @@ class Backend(Strict):
     engine: Literal["vllm", "sglang", "tgi", "none"] = "none"
     # vLLM started with `--scheduling-policy priority`: requests carry their class's rank.
     priority_scheduling: bool = False
+    # The backend serves Anthropic's `/v1/messages` itself (vLLM does): Messages requests
+    # go to it as the client sent them, instead of translated to chat completions. Not
+    # cached nor coalesced; see docs/agent-apis.md "Pass-through".
+    native_messages: bool = False
     # vLLM started with `--long-prefill-token-threshold N` (a request computes at most N
     # prompt tokens a step): lower-class dispatches are paced a step per N prompt tokens,
     # so their prompts do not prefill side by side (docs/traffic-control.md "Batch beside

@@ -2,7 +2,8 @@
 
     authenticate the tenant's key, as a bearer or `x-api-key` (gateway/tenancy/auth.py)
     parse        body within limits (gateway/body.py); a dialect's request (Anthropic's
-                 Messages, OpenAI's Responses) becomes a chat request (gateway/dialects/);
+                 Messages, OpenAI's Responses) becomes a chat request (gateway/dialects/),
+                 or, for a backend that serves the dialect itself, is sent as it came;
                  typed request (gateway/openai_schema.py)
     route        model and prompt size -> backend pool, tenant may use it
                  (gateway/tenancy/tenants.py, gateway/prompt_size.py)
@@ -95,6 +96,9 @@ class Call:
     # The stream asks the engine for usage the client did not ask for: strip that chunk.
     strip_usage: bool = False
     path: str = "/chat/completions"  # the backend's route for its kind
+    # A dialect's request, sent as the client sent it to a backend that serves the
+    # dialect itself (`Pipeline._natively`): the cache and coalescing pass it by.
+    native: bool = False
 
 
 class Pipeline:
@@ -219,12 +223,27 @@ class Pipeline:
     ) -> Response:
         self._body.check_declared(exchange.headers)
         tenant = await self._authenticate(exchange)
-        raw = await self._body.read(request)
+        sent = raw = await self._body.read(request)
         if dialect is not None:
             raw = await dialect.to_chat(raw, tenant.owner)
         call = self._parsed(raw, kind, tenant, exchange)
+        if dialect is not None:
+            self._natively(call, dialect, sent)
         await self._admit(call, exchange)
         return await unless_disconnected(request, self._answer(call, exchange))
+
+    def _natively(self, call: Call, dialect: Dialect, sent: bytes) -> None:
+        """A dialect's request goes as the client `sent` it where its backend serves the
+        dialect itself (its chat translation still routed it, set its class and sizes its
+        quota reservation), unless a fallback or a degrade policy could send it to another
+        model, whose backend might not."""
+        path = dialect.native_path
+        if path is None or path not in call.pool.native_paths or call.fallbacks:
+            return
+        if call.degrade is not None and call.degrade.model is not None:
+            return
+        call.raw, call.path, call.strip_usage, call.native = sent, path, False, True
+        dialect.pass_through()
 
     def _parsed(self, raw: bytes, kind: Kind, tenant: Tenant, exchange: Exchange) -> Call:
         body = parse_request(kind, raw)
@@ -393,6 +412,9 @@ class Pipeline:
         return price.micro_usd(estimate - output, 0, output)
 
     async def _lookup(self, call: Call, exchange: Exchange) -> Response | None:
+        if call.native:  # the cache keeps chat answers; this one is the dialect's own
+            exchange.cache = CacheOutcome.NONE
+            return None
         cache_control = exchange.headers.get("cache-control")
         exchange.probe = probe = self._cache.probe(call.tenant, call.body, cache_control)
         if probe is None:

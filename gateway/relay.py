@@ -53,6 +53,9 @@ class Ending:
 CLIENT_GONE = Ending(ClientGone.status, ClientGone.code)
 
 Finish = Callable[[Ending], Awaitable[None]]
+# How a stream's end shows: OpenAI's `data: [DONE]`, or the `message_stop` event of an
+# Anthropic stream (a Messages request passed through).
+ANTHROPIC_END = b"event: message_stop"
 Tap = Callable[[bytes], None]  # sees every relayed piece of a stream, in order
 
 
@@ -174,7 +177,9 @@ async def _events(
     if saw_done:
         ended.append(Ending(200, None))
         return
-    failure = UpstreamError(f"The upstream '{backend}' ended the stream before [DONE].")
+    failure = UpstreamError(
+        f"The upstream '{backend}' ended the stream before [DONE] (Messages: message_stop)."
+    )
     metrics.upstream_error(backend, "truncated")
     ended.append(Ending(502, failure.code))
     yield error_event(failure)
@@ -250,14 +255,15 @@ def _malformed_end(backend: str, metrics: Metrics, ended: list[Ending]) -> bytes
 
 def _scan_events(events: bytes) -> tuple[bool, bool]:
     """(malformed, done) of complete SSE events: is an event's data neither `[DONE]` nor
-    JSON; is one of them the `[DONE]` event itself (not text that merely contains it)?
+    JSON; is one of them the stream's end (`[DONE]` itself, not text that merely contains
+    it, or Anthropic's `message_stop`)?
     An event's data may span several `data:` lines (the SSE spec joins them)."""
     done = False
     for event in split_events(events)[0]:
         data = event_data(event)
         if data is None or not data.strip():
             continue
-        if data.strip() == b"[DONE]":
+        if data.strip() == b"[DONE]" or event.startswith(ANTHROPIC_END):
             done = True
             continue
         try:

@@ -37,9 +37,12 @@ def usage_in(answer: object) -> TokenUsage | None:
 
 
 def token_usage(value: object) -> TokenUsage | None:
-    """An OpenAI `usage` object; None if absent or unreadable."""
+    """An OpenAI `usage` object, or Anthropic's (a Messages answer passed through); None
+    if absent or unreadable."""
     if not isinstance(value, dict):
         return None
+    if "input_tokens" in value or "output_tokens" in value:
+        return _anthropic_usage(value)
     prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens", 0)
     if not isinstance(prompt, int) or not isinstance(completion, int):
         return None
@@ -48,14 +51,29 @@ def token_usage(value: object) -> TokenUsage | None:
     return TokenUsage(prompt, completion, cached if isinstance(cached, int) else 0)
 
 
+def _anthropic_usage(value: dict[str, object]) -> TokenUsage | None:
+    """Anthropic's `input_tokens` leave out the prompt tokens read from the cache or
+    written to it; the prompt is all three."""
+    fields = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    counts = [value.get(name) or 0 for name in (*fields, "output_tokens")]
+    ints = [count for count in counts if isinstance(count, int)]
+    if len(ints) != len(counts):
+        return None
+    fresh, read, written, output = ints
+    return TokenUsage(fresh + read + written, output, read)
+
+
 class UsageTap:
     """Watches a relayed stream: the `usage` chunk if the upstream sends one
     (`stream_options.include_usage`), else one token per content event (OpenAI-style
-    servers send about one token per chunk)."""
+    servers send about one token per chunk). An Anthropic stream (passed through) counts
+    over two events: `message_start`'s message (the input) and `message_delta` (the
+    output so far, and with some servers the input again); the latest of each counts."""
 
     def __init__(self) -> None:
         self.events = 0
         self.reported: TokenUsage | None = None
+        self._anthropic: dict[str, object] = {}
 
     def __call__(self, data: bytes) -> None:
         self.events += data.count(b"data: {")
@@ -63,7 +81,20 @@ class UsageTap:
             for event in split_events(data)[0]:
                 payload = event_data(event)
                 if payload is not None and b'"usage"' in payload:
-                    self.reported = usage_of(payload) or self.reported
+                    self._read(payload)
+
+    def _read(self, payload: bytes) -> None:
+        try:
+            chunk = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(chunk, dict):
+            return
+        message = chunk.get("message")
+        value = chunk.get("usage") or (message.get("usage") if isinstance(message, dict) else None)
+        if isinstance(value, dict) and ("input_tokens" in value or "output_tokens" in value):
+            self._anthropic = value = {**self._anthropic, **value}
+        self.reported = token_usage(value) or self.reported
 
     def usage(self, prompt_estimate: int) -> TokenUsage:
         return self.reported or TokenUsage(prompt_estimate, max(0, self.events - 1))

@@ -150,6 +150,7 @@ def _pool(
         engine_priority=backend.priority_scheduling,
         cache_salt=backend.engine == "vllm",
         affinity=backend.affinity,
+        native_paths=frozenset(["/messages"] if backend.native_messages else []),
     )
     if concurrency.mode == "adaptive":
         tasks.start_soon(pool.run_capacity, _scraper(backend), concurrency.interval_s)

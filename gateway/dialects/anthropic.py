@@ -6,6 +6,8 @@ finish reason a `stop_reason`; a stream becomes `message_start`, a `content_bloc
 / `content_block_delta` / `content_block_stop` run per block, `message_delta` (stop
 reason and usage) and `message_stop`; an error, whole or mid-stream, Anthropic's error
 JSON (`{"type": "error", "error": {"type", "message"}}`) with the gateway's status.
+Passed through to a backend that serves the route itself (`Messages.pass_through`), the
+answer is the backend's own, and only the gateway's errors are translated.
 
 Reference: https://docs.anthropic.com/en/api/messages and /en/docs/build-with-claude/streaming
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from cache.sse import event_data
 from gateway.dialects.anthropic_request import to_chat
 from gateway.dialects.translated import ChatStream, sse_event
 from gateway.errors import UpstreamError
@@ -54,11 +57,17 @@ _STREAM_ERRORS = {
 class Messages:
     """One `/v1/messages` request (`gateway.dialects.Dialect`)."""
 
+    native_path: str | None = "/messages"
+
     def __init__(self, *, counting: bool = False) -> None:
         self.counting = counting  # /v1/messages/count_tokens: its answer is already its own
         self.model = ""
         self.stop_sequences: list[str] = []
         self._stream = _Stream(self)
+        self._native = False  # passed through: the backend's answer is a message already
+
+    def pass_through(self) -> None:
+        self._native = True
 
     async def to_chat(self, raw: bytes, owner: str) -> bytes:
         fields = json_object(raw)
@@ -72,7 +81,7 @@ class Messages:
     def whole(self, status: int, body: bytes) -> tuple[int, bytes]:
         if status != 200:
             return status, error_json(status, body)
-        if self.counting:
+        if self.counting or self._native:
             return status, body
         try:
             return status, orjson.dumps(self.message(orjson.loads(body)))
@@ -120,7 +129,22 @@ class Messages:
         return STOP_REASONS.get(reason or "", "end_turn" if reason else None), None
 
     def events(self, events: list[bytes]) -> bytes:
+        if self._native:
+            return b"".join(self._passed(e) for e in events)
         return b"".join(self._stream.event(e) for e in events)
+
+    def _passed(self, event: bytes) -> bytes:
+        """An event of the backend's own stream, unchanged; one the gateway added (a
+        deadline's cut, the upstream failing mid-stream: a chat error event, unnamed) as
+        Anthropic's `error` event. Anthropic's events are all named."""
+        data = event_data(event)
+        if data is None or event.startswith(b"event:") or b'"error"' not in data:
+            return event + b"\n\n"
+        try:
+            error = orjson.loads(data).get("error")
+        except (orjson.JSONDecodeError, AttributeError):
+            error = None
+        return self._stream.failed(error) if isinstance(error, dict) else event + b"\n\n"
 
     def end(self) -> bytes:
         return b""

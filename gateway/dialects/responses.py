@@ -51,6 +51,11 @@ def new_id(prefix: str) -> str:
 class Responses:
     """One `/v1/responses` request (`gateway.dialects.Dialect`)."""
 
+    # Always translated: the gateway keeps stored responses itself, for every backend and
+    # replica (vLLM's own store is its process's: `previous_response_id` would name a
+    # response another replica never saw).
+    native_path: str | None = None
+
     def __init__(self, store: ResponseStore) -> None:
         self._store = store
         self.id = new_id("resp")
@@ -61,6 +66,9 @@ class Responses:
         self._input: list[dict[str, Any]] = []
         self._final: dict[str, Any] | None = None  # the response, once complete
         self._stream = _Stream(self)
+
+    def pass_through(self) -> None:
+        raise AssertionError("the Responses API is always translated (native_path is None)")
 
     async def to_chat(self, raw: bytes, owner: str) -> bytes:
         fields = json_object(raw)

@@ -81,6 +81,8 @@ class Pool:
     ready (scaled to zero, starting) requests are held in it. `engine_priority`: each
     request's class rank goes to the engine as vLLM's `priority` field. `cache_salt`: its
     requests carry their tenant's prefix-cache salt (gateway/upstream_body.py).
+    `native_paths`: the routes of other APIs than chat completions that its backend
+    serves itself (`/messages`), where a request in that API goes unchanged.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class Pool:
         engine_priority: bool = False,
         cache_salt: bool = False,
         affinity: bool = False,
+        native_paths: frozenset[str] = frozenset(),
     ) -> None:
         self.name = name
         self.replicas = replicas
@@ -105,6 +108,7 @@ class Pool:
         self.engine_priority = engine_priority
         self.cache_salt = cache_salt  # its engine takes vLLM's per-tenant `cache_salt`
         self._affinity = affinity  # a session's or prefix's requests to one replica
+        self.native_paths = native_paths
         self.manager: ColdStartManager | None = None
         self._cold_start_s = 0.0
         self._capacity = -1  # what the scheduler was last told

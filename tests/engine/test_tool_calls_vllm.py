@@ -9,6 +9,9 @@ engine's BERT WordPiece vocabulary, so this module starts an engine of its own o
 random Llama with a byte-level tokenizer (`backends.worker.tiny_model.byte_tokenizer`).
 The schema's enum bounds the arguments: a string the model wrote freely under the grammar
 could run to the token cap.
+
+The Messages tests run twice: translated to chat completions, and passed through to vLLM's
+own `/v1/messages` (`native_messages`, a gateway of its own on the same engine).
 """
 
 from __future__ import annotations
@@ -18,17 +21,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
 from backends.local_vllm import command_line, default_model, engine_python, environment
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
 from bench.processes import Gateway, ServerProcess, free_port, start_gateway
-from tests.engine.conftest import START_TIMEOUT_S, tenants, vllm_backend
+from tests.conftest import hash_of
+from tests.engine.conftest import INTERACTIVE_KEY, START_TIMEOUT_S, tenants, vllm_backend
 from tests.engine.shared import MODEL, Engine
 
 pytestmark = pytest.mark.serial
 
+ADMIN_KEY = "sk-test-engine-admin-0123456789abcdef0123"
 CITIES = ["Oslo", "Paris", "Rome"]
 SCHEMA = {
     "type": "object",
@@ -80,9 +86,47 @@ def tool_gateway(
 
 
 @pytest.fixture(scope="module")
+def native_gateway(
+    tool_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """Messages requests passed through to the engine's own route; the interactive
+    tenant's tokens counted (a daily budget it never reaches), for the admin API to read."""
+    backend = vllm_backend(
+        tool_engine, max_concurrency=8, concurrency={"mode": "fixed"}, native_messages=True
+    )
+    counted = [
+        {**tenant, "quotas": {"tokens_per_day": 10**9}}
+        if tenant["name"] == "interactive"
+        else tenant
+        for tenant in tenants()
+    ]
+    config = {
+        "state": {"url": "memory", "path": str(tmp_path_factory.mktemp("state") / "s.json")},
+        "backends": [backend],
+        "cache": {"enabled": False},
+        "tenants": counted,
+        "admin": {"keys": [{"sha256": hash_of(ADMIN_KEY)}]},
+    }
+    gateway = start_gateway(config, tmp_path_factory.mktemp("native-gateway"))
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
 def agent_gateway(tool_gateway: Gateway) -> Gateway:
     """`claude` and `codex` (tests/engine/conftest.py) talk to this module's gateway."""
     return tool_gateway
+
+
+@pytest.fixture(scope="module", params=["translated", "passed through"])
+def claude(request: pytest.FixtureRequest) -> Iterator[anthropic.Anthropic]:
+    """The official Anthropic client, through each of this module's gateways."""
+    name = "tool_gateway" if request.param == "translated" else "native_gateway"
+    gateway: Gateway = request.getfixturevalue(name)
+    with anthropic.Anthropic(
+        base_url=gateway.url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
+    ) as client:
+        yield client
 
 
 def test_chat_completions_get_the_engines_tool_call(codex: openai.OpenAI) -> None:
@@ -176,3 +220,62 @@ def test_a_response_gets_a_function_call_plain_and_streamed(codex: openai.OpenAI
     deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
     assert len(done) == 1 and "".join(deltas) == done[0].arguments
     assert json.loads(done[0].arguments)["city"] in CITIES
+
+
+def test_a_message_passed_through_is_the_engines_own_and_charged_its_usage(
+    native_gateway: Gateway, tool_engine: Engine
+) -> None:
+    request: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 12,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "Name a city."}],
+    }
+    headers = {"x-api-key": INTERACTIVE_KEY}
+    before = _tokens_today(native_gateway)
+    through = httpx.post(f"{native_gateway.url}/v1/messages", json=request, headers=headers)
+    streamed = httpx.post(
+        f"{native_gateway.url}/v1/messages", json={**request, "stream": True}, headers=headers
+    )
+    own = httpx.post(f"{tool_engine.url}/v1/messages", json=request, timeout=120)
+    assert through.status_code == own.status_code == streamed.status_code == 200, through.text
+    answer, reference = through.json(), own.json()
+    # vLLM's own route names a message by its chat completion's id; the translation by msg_.
+    assert answer["id"].startswith("chatcmpl-")
+    assert answer["content"] == reference["content"]
+    assert answer["usage"]["output_tokens"] == reference["usage"]["output_tokens"] == 12
+    assert streamed.text.rstrip().endswith('{"type":"message_stop"}')  # no error event after
+    assert "event: error" not in streamed.text
+    charged = _tokens_today(native_gateway) - before
+    assert charged == 2 * (_prompt(answer["usage"]) + 12)  # the stream's usage too
+
+
+def test_errors_passed_through_are_anthropics(native_gateway: Gateway) -> None:
+    headers = {"x-api-key": INTERACTIVE_KEY}
+    too_long = {
+        "model": MODEL,
+        "max_tokens": 1_000_000,  # beyond the model's context: vLLM's own 400
+        "messages": [{"role": "user", "content": "Name a city."}],
+    }
+    refused = httpx.post(f"{native_gateway.url}/v1/messages", json=too_long, headers=headers)
+    assert refused.status_code == 400
+    assert refused.json()["type"] == "error"
+    assert refused.json()["error"]["type"] == "invalid_request_error"
+    unknown = httpx.post(
+        f"{native_gateway.url}/v1/messages", json={**too_long, "model": "nope"}, headers=headers
+    )
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
+
+
+def _tokens_today(gateway: Gateway) -> int:
+    usage = httpx.get(
+        f"{gateway.url}/admin/tenants/interactive/usage",
+        headers={"authorization": f"Bearer {ADMIN_KEY}"},
+    )
+    assert usage.status_code == 200, usage.text
+    used: int = usage.json()["tokens_today"]["used"]
+    return used
+
+
+def _prompt(usage: dict[str, int]) -> int:
+    return usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
