@@ -207,3 +207,25 @@ def test_the_prefix_hit_rate_is_the_windows_hits_over_its_lookups() -> None:
     one = Phase(PhaseResult(polls={"engine": polls["engine"][:2]}), [], (0.0, 2.0))
     assert math.isnan(load_figures(one)[rate])
     assert math.isnan(prefix_hit_rate([]))
+
+
+def test_the_late_refusals_are_the_windows_sheds_after_a_wait_over_all_of_them() -> None:
+    def gateway(unreachable: int, slipped: int) -> str:
+        series = [("interactive", "deadline_unreachable", unreachable)]
+        series += [("batch", "deadline_slipped", slipped), ("batch", "queue_full", 1)]
+        lines = [
+            f'gateway_shed_total{{backend="vllm",class="{k}",reason="{r}"}} {float(n)}'
+            for k, r, n in series
+        ]
+        return "# HELP gateway_shed_total Requests shed.\n" + "\n".join(lines) + "\n"
+
+    polls = {
+        "engine": [],
+        "metrics-0": [(0.1, "error: refused"), (0.5, gateway(10, 0)), (1.9, gateway(16, 2))],
+        "metrics-1": [(0.6, gateway(0, 0)), (1.8, gateway(0, 2)), (2.4, gateway(50, 50))],
+    }
+    phase = Phase(PhaseResult(polls=polls), [], (0.0, 2.0))
+    # In the window: 6 + 2 sheds on one replica, 2 on the other; 4 of the 10 after a wait.
+    assert load_figures(phase)[("refused_late_share", None)] == 4 / 10
+    no_gateway = Phase(PhaseResult(polls={"engine": []}), [], (0.0, 2.0))
+    assert ("refused_late_share", None) not in load_figures(no_gateway)
