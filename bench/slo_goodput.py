@@ -96,10 +96,9 @@ mode and load; class where it says):
                                 (`x-request-timeout`, 5 s) with a `deadline_exceeded`
                                 event, tokens still flowing (none with `--deadlines none`)
     refused_share, refusal_latency_p99_ms   429 and 503
-    refused_late_share          of the gateways' refusals in the window (their
-                                `gateway_shed_total`), those that came after a wait in
-                                the queue (`deadline_slipped`, `deadline_passed`), not at
-                                arrival: the late ones refusal_latency_p99_ms shows
+    refused_late_share          of those refusals, the ones that came after a wait in the
+                                gateway's queue (`deadline_slipped`, `deadline_passed`),
+                                not at arrival: the late ones refusal_latency_p99_ms shows
     jain_fairness               class batch: Jain's index over its tenants of SLO goodput
                                 / max-min fair share (water-filling by offered rate)
     concurrency_limit_mean, in_flight_mean, queued_mean   from /readyz (summed over
@@ -626,6 +625,10 @@ class Phase:
         ]
 
 
+# A refusal after a wait in the gateway's queue, as the load generator reads its code.
+LATE_REFUSALS = ("overloaded:deadline_slipped", "overloaded:deadline_passed")
+
+
 def figures(
     phase: Phase, objective: Objective, rates: dict[str, float]
 ) -> dict[tuple[str, str | None], float]:
@@ -651,9 +654,11 @@ def figures(
     out[("client_timeouts_streaming", None)] = streaming
     cut = sum(1 for r in records if r[5] == "stream:deadline_exceeded")
     out[("deadline_cut_streams", None)] = cut
-    refusals = [r[3] for r in phase.records() if r[4] in (429, 503)]
-    out[("refused_share", None)] = ratio(len(refusals), len(phase.records()))
-    out[("refusal_latency_p99_ms", None)] = percentile(refusals, 99)
+    refused = [r for r in phase.records() if r[4] in (429, 503)]
+    out[("refused_share", None)] = ratio(len(refused), len(phase.records()))
+    out[("refusal_latency_p99_ms", None)] = percentile([r[3] for r in refused], 99)
+    late = sum(1 for r in refused if r[5] in LATE_REFUSALS)
+    out[("refused_late_share", None)] = ratio(late, len(refused))
     batch = [t for t in TENANTS if CLASS_OF[t] == "batch"]
     goodput = {t: phase.slo_goodput(objective, tenant=t) for t in batch}
     fair = max_min_shares({t: rates[t] for t in batch}, sum(goodput.values()))
@@ -682,40 +687,7 @@ def load_figures(phase: Phase) -> dict[tuple[str, str | None], float]:
     preempted = [s.preemptions for s in samples if s.preemptions is not None]
     out[("preemptions", None)] = preempted[-1] - preempted[0] if preempted else float("nan")
     out[("engine_prefix_hit_rate", None)] = prefix_hit_rate(engine)
-    gateways = [
-        [t for t in texts if not t.startswith("error")] for texts in phase.polled("metrics")
-    ]
-    if gateways:
-        out[("refused_late_share", None)] = late_share(gateways)
     return out
-
-
-LATE_SHEDS = ("deadline_slipped", "deadline_passed")  # dropped from the queue after a wait
-
-
-def late_share(gateways: list[list[str]]) -> float:
-    """Of the refusals the gateways counted between their first and last /metrics `texts`
-    in the window, the share that came after a wait in the queue."""
-    late = total = 0.0
-    for texts in gateways:
-        if len(texts) < 2:
-            continue
-        first, last = shed_counts(texts[0]), shed_counts(texts[-1])
-        for reason, count in last.items():
-            delta = count - first.get(reason, 0.0)
-            total += delta
-            late += delta if reason in LATE_SHEDS else 0.0
-    return ratio(late, total)
-
-
-def shed_counts(text: str) -> dict[str, float]:
-    """{reason: count} of a gateway's `gateway_shed_total`, over backends and classes."""
-    counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("gateway_shed_total{"):
-            reason = line.split('reason="', 1)[1].split('"', 1)[0]
-            counts[reason] = counts.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
-    return counts
 
 
 def prefix_hit_rate(texts: list[str]) -> float:
@@ -907,11 +879,9 @@ class Bench:
         specs = streams(self.bodies, rates, duration_s, seed, direct, long_output, send)
         client_s = max(DEADLINES[CLASS_OF[s.tenant]][1] for s in specs)
         polls = [Poll("engine", self.engine.url + "/metrics", 0.5, 0.0, duration_s)]
-        # The gateways' /metrics (refusal reasons) every 2 s: it is a long page to render.
         polls += [
-            Poll(f"{page}-{i}", f"{g.url}/{page}", every_s, 0.0, duration_s, headers=OPERATOR)
+            Poll(f"readyz-{i}", g.url + "/readyz", 0.5, 0.0, duration_s, headers=OPERATOR)
             for i, g in enumerate(replicas)
-            for page, every_s in (("readyz", 0.5), ("metrics", 2.0))
         ]
         spec = PhaseSpec(
             url=urls[0],

@@ -16,6 +16,7 @@ from bench.slo_goodput import (
     Bodies,
     Objective,
     Phase,
+    figures,
     limit_figures,
     limit_trace,
     load_figures,
@@ -209,23 +210,19 @@ def test_the_prefix_hit_rate_is_the_windows_hits_over_its_lookups() -> None:
     assert math.isnan(prefix_hit_rate([]))
 
 
-def test_the_late_refusals_are_the_windows_sheds_after_a_wait_over_all_of_them() -> None:
-    def gateway(unreachable: int, slipped: int) -> str:
-        series = [("interactive", "deadline_unreachable", unreachable)]
-        series += [("batch", "deadline_slipped", slipped), ("batch", "queue_full", 1)]
-        lines = [
-            f'gateway_shed_total{{backend="vllm",class="{k}",reason="{r}"}} {float(n)}'
-            for k, r, n in series
-        ]
-        return "# HELP gateway_shed_total Requests shed.\n" + "\n".join(lines) + "\n"
+def test_late_refusals_are_those_after_a_wait_in_the_queue_of_those_sent_in_the_window() -> None:
+    def refused(sent_s: float, code: str, status: int = 503) -> Record:
+        return Record(1, sent_s, 5.0, 5.0, status, code, False, 0)
 
-    polls = {
-        "engine": [],
-        "metrics-0": [(0.1, "error: refused"), (0.5, gateway(10, 0)), (1.9, gateway(16, 2))],
-        "metrics-1": [(0.6, gateway(0, 0)), (1.8, gateway(0, 2)), (2.4, gateway(50, 50))],
-    }
-    phase = Phase(PhaseResult(polls=polls), [], (0.0, 2.0))
-    # In the window: 6 + 2 sheds on one replica, 2 on the other; 4 of the 10 after a wait.
-    assert load_figures(phase)[("refused_late_share", None)] == 4 / 10
-    no_gateway = Phase(PhaseResult(polls={"engine": []}), [], (0.0, 2.0))
-    assert ("refused_late_share", None) not in load_figures(no_gateway)
+    records = [
+        refused(0.5, "overloaded:deadline_slipped"),  # sent before the window
+        refused(1.2, "overloaded:deadline_unreachable"),  # at arrival
+        refused(1.4, "overloaded:deadline_slipped"),
+        refused(1.6, "overloaded:deadline_passed"),
+        refused(1.8, "rate_limit_exceeded", 429),  # a quota: at arrival
+        Record(0, 1.9, 50.0, 500.0, 200, None, False, 10),
+    ]
+    phase = Phase(PhaseResult(records=records), ["interactive", "batch"], (1.0, 3.0))
+    out = figures(phase, OBJECTIVE, {"interactive": 1.0, "batch": 1.0, "noisy": 1.0})
+    assert out[("refused_share", None)] == 4 / 5
+    assert out[("refused_late_share", None)] == 2 / 4
