@@ -99,6 +99,8 @@ mode and load; class where it says):
     refused_late_share          of those refusals, the ones that came after a wait in the
                                 gateway's queue (`deadline_slipped`, `deadline_passed`),
                                 not at arrival: the late ones refusal_latency_p99_ms shows
+    refused_at_deadline_share   of those refusals, the ones dropped at their deadline
+                                (`deadline_passed`), not when a re-check saw it slip
     jain_fairness               class batch: Jain's index over its tenants of SLO goodput
                                 / max-min fair share (water-filling by offered rate)
     concurrency_limit_mean, in_flight_mean, queued_mean   from /readyz (summed over
@@ -659,6 +661,8 @@ def figures(
     out[("refusal_latency_p99_ms", None)] = percentile([r[3] for r in refused], 99)
     late = sum(1 for r in refused if r[5] in LATE_REFUSALS)
     out[("refused_late_share", None)] = ratio(late, len(refused))
+    at_deadline = sum(1 for r in refused if r[5] == LATE_REFUSALS[1])
+    out[("refused_at_deadline_share", None)] = ratio(at_deadline, len(refused))
     batch = [t for t in TENANTS if CLASS_OF[t] == "batch"]
     goodput = {t: phase.slo_goodput(objective, tenant=t) for t in batch}
     fair = max_min_shares({t: rates[t] for t in batch}, sum(goodput.values()))
@@ -768,6 +772,7 @@ UNITS = {
     "deadline_cut_streams": "requests",
     "refused_share": "fraction",
     "refused_late_share": "fraction",
+    "refused_at_deadline_share": "fraction",
     "jain_fairness": "index",
     "preemptions": "requests",
     "engine_prefix_hit_rate": "ratio",

@@ -226,3 +226,4 @@ def test_late_refusals_are_those_after_a_wait_in_the_queue_of_those_sent_in_the_
     out = figures(phase, OBJECTIVE, {"interactive": 1.0, "batch": 1.0, "noisy": 1.0})
     assert out[("refused_share", None)] == 4 / 5
     assert out[("refused_late_share", None)] == 2 / 4
+    assert out[("refused_at_deadline_share", None)] == 1 / 4
