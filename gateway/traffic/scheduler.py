@@ -391,8 +391,9 @@ class FairScheduler:
 
     def _recheck(self, now: float) -> None:
         """Drops, from the back of each tenant's line, the waiters whose expected wait has
-        grown past their deadline (a burst of higher-class work, slower service): told now,
-        not at the deadline. Only the newest are at risk; the check stops at one that fits.
+        grown past their deadline (a burst of higher-class work, slower service), by the
+        model and the measured pace alike (`Waits.recheck`): told now, not at the
+        deadline. Only the newest are at risk; the check stops at one that fits.
         """
         if self._slots.limit == 0:
             return  # held for a cold start, whose estimate does not shrink as it proceeds
@@ -402,8 +403,9 @@ class FairScheduler:
                 entry, position = newest
                 if entry not in self._waiters:
                     break  # cannot happen (queue and waiters move together); never spin
-                ahead = self._queue.ahead_of(tenant, entry.weight, rank, position)
-                wait = self._waits.wait(self._slots, ahead, rank, now)
+                wait = self._waits.recheck(
+                    self._queue, self._slots, tenant, entry.weight, rank, now, position
+                )
                 if not should_shed(now, entry.deadline, wait):
                     break
                 self._drop(

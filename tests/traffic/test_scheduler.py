@@ -978,6 +978,37 @@ async def test_admission_counts_on_the_measured_drain_when_it_is_slower_than_the
     await h.drain()
 
 
+@pytest.mark.parametrize("measured_drain", [True, False])
+async def test_a_cut_limit_drops_a_waiter_only_where_the_measured_pace_agrees(
+    measured_drain: bool,
+) -> None:
+    """Ten slots, 1 s service samples, a line that drained at 10/s for 2 s. Then the limit
+    is cut to 1 with ten in flight (an engine queueing for KV space): the model expects the
+    newest waiter, tenth in its line, to wait 18 s (the excess in flight to finish first,
+    then one slot), past the 10 s it has left; at the pace its line drained, 1 s. Kept;
+    on the model alone (the measured drain switched off), dropped at once."""
+    clock = FakeClock()
+    off = frozenset() if measured_drain else frozenset({"measured_drain"})
+    h = Harness(FairScheduler(10, 1000, clock, initial_service_s=1.0, off=off))
+    tasks = [await h.submit(f"j{i}", tenant="jobs", deadline=clock.now + 12.0) for i in range(40)]
+    for _ in range(20):
+        clock.now += 0.1
+        slot, usage = h.running.pop(0)
+        slot.release(*usage, service_s=1.0)
+        await h.settle()
+    assert h.scheduler.snapshot().depth["batch"] == 10 and len(h.running) == 10
+    h.scheduler.set_capacity(1)
+    clock.now += 0.1
+    slot, usage = h.running.pop(0)
+    slot.release(*usage, service_s=1.0)  # nothing dispatched: 9 in flight, a limit of 1
+    await h.settle()
+    slipped = h.scheduler.snapshot().shed.get(("batch", "deadline_slipped"), 0)
+    assert slipped == (0 if measured_drain else 1)
+    assert tasks[-1].done() is not measured_drain
+    h.scheduler.set_capacity(10)
+    await h.drain()
+
+
 async def test_the_higher_classes_load_is_a_share_of_the_limit_now() -> None:
     """A learned limit grown from 8 to 26 (slow start) while interactive traffic took 8
     slots' worth: a batch newcomer behind a full room expects a fraction of a second on
