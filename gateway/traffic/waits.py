@@ -13,6 +13,8 @@ that has waited only when both say it cannot make its deadline.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gateway.traffic.fair_queue import FairQueue
 from gateway.traffic.shedding import (
     ClassLoad,
@@ -90,11 +92,7 @@ class Waits:
         """A newcomer's expected wait as admission counts it: the longer of the model's
         (`wait`) and the measured pace's (`measured_wait_s`), so that a request that may
         not make its deadline is refused now rather than after a wait."""
-        wait = self.wait(slots, queue.ahead_of(tenant, weight, rank), rank, now)
-        if wait == 0.0:
-            return wait
-        measured = self._measured(queue, slots, tenant, weight, rank, now, queue.line(tenant, rank))
-        return wait if measured is None else max(wait, measured)
+        return self._both(queue, slots, tenant, weight, rank, now, None, max)
 
     def recheck(
         self,
@@ -111,14 +109,30 @@ class Waits:
         when both say it cannot make its deadline. A learned limit cut below what is in
         flight lengthens the model's wait at once, while the line drains as fast as the
         engine works: in front of vLLM with a small KV cache, whose engine-metrics limit
-        swung between 20 and 35, the model alone dropped a tenth of the refusals after a
-        wait (refusal p99 2-3.5 s; docs/slo-goodput.md)."""
-        ahead = queue.ahead_of(tenant, weight, rank, position)
-        wait = self.wait(slots, ahead, rank, now)
+        swung between 20 and 35, the model alone dropped 12-20% of the refusals at 5x
+        after a wait (refusal p99 1.5-3.6 s; docs/slo-goodput.md)."""
+        return self._both(queue, slots, tenant, weight, rank, now, position, min)
+
+    def _both(
+        self,
+        queue: FairQueue,
+        slots: Slots,
+        tenant: str,
+        weight: float,
+        rank: int,
+        now: float,
+        position: int | None,
+        pick: Callable[[float, float], float],
+    ) -> float:
+        """The model's wait and the measured pace's, `pick`ed; the model's alone where
+        nothing was measured, or where it expects no wait. `position`: in the tenant's
+        line (None: a newcomer behind all of it)."""
+        wait = self.wait(slots, queue.ahead_of(tenant, weight, rank, position), rank, now)
         if wait == 0.0:
             return wait
-        measured = self._measured(queue, slots, tenant, weight, rank, now, position)
-        return wait if measured is None else min(wait, measured)
+        own = queue.line(tenant, rank) if position is None else position
+        measured = self._measured(queue, slots, tenant, weight, rank, now, own)
+        return wait if measured is None else pick(wait, measured)
 
     def _measured(
         self,
