@@ -123,12 +123,17 @@ def agent_gateway(vllm_gateway: Gateway) -> Gateway:
     return vllm_gateway
 
 
+def claude_of(gateway: Gateway) -> anthropic.Anthropic:
+    """The official Anthropic client for `gateway`, with the interactive tenant's key."""
+    return anthropic.Anthropic(
+        base_url=gateway.url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
+    )
+
+
 @pytest.fixture(scope="module")
 def claude(agent_gateway: Gateway) -> Iterator[anthropic.Anthropic]:
     """The official Anthropic client, with the interactive tenant's key."""
-    with anthropic.Anthropic(
-        base_url=agent_gateway.url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
-    ) as client:
+    with claude_of(agent_gateway) as client:
         yield client
 
 

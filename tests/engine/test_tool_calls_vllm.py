@@ -29,7 +29,13 @@ from backends.local_vllm import command_line, default_model, engine_python, envi
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
 from bench.processes import Gateway, ServerProcess, free_port, start_gateway
 from tests.conftest import hash_of
-from tests.engine.conftest import INTERACTIVE_KEY, START_TIMEOUT_S, tenants, vllm_backend
+from tests.engine.conftest import (
+    INTERACTIVE_KEY,
+    START_TIMEOUT_S,
+    claude_of,
+    tenants,
+    vllm_backend,
+)
 from tests.engine.shared import MODEL, Engine
 
 pytestmark = pytest.mark.serial
@@ -122,10 +128,7 @@ def agent_gateway(tool_gateway: Gateway) -> Gateway:
 def claude(request: pytest.FixtureRequest) -> Iterator[anthropic.Anthropic]:
     """The official Anthropic client, through each of this module's gateways."""
     name = "tool_gateway" if request.param == "translated" else "native_gateway"
-    gateway: Gateway = request.getfixturevalue(name)
-    with anthropic.Anthropic(
-        base_url=gateway.url, api_key=INTERACTIVE_KEY, max_retries=0, timeout=120
-    ) as client:
+    with claude_of(request.getfixturevalue(name)) as client:
         yield client
 
 
