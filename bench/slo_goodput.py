@@ -627,8 +627,9 @@ class Phase:
         ]
 
 
-# A refusal after a wait in the gateway's queue, as the load generator reads its code.
-LATE_REFUSALS = ("overloaded:deadline_slipped", "overloaded:deadline_passed")
+# Refusals after a wait in the gateway's queue, as the load generator reads their codes:
+# dropped when a re-check saw the wait slip past the deadline, or at the deadline.
+SLIPPED, AT_DEADLINE = "overloaded:deadline_slipped", "overloaded:deadline_passed"
 
 
 def figures(
@@ -659,9 +660,9 @@ def figures(
     refused = [r for r in phase.records() if r[4] in (429, 503)]
     out[("refused_share", None)] = ratio(len(refused), len(phase.records()))
     out[("refusal_latency_p99_ms", None)] = percentile([r[3] for r in refused], 99)
-    late = sum(1 for r in refused if r[5] in LATE_REFUSALS)
+    late = sum(1 for r in refused if r[5] in (SLIPPED, AT_DEADLINE))
     out[("refused_late_share", None)] = ratio(late, len(refused))
-    at_deadline = sum(1 for r in refused if r[5] == LATE_REFUSALS[1])
+    at_deadline = sum(1 for r in refused if r[5] == AT_DEADLINE)
     out[("refused_at_deadline_share", None)] = ratio(at_deadline, len(refused))
     batch = [t for t in TENANTS if CLASS_OF[t] == "batch"]
     goodput = {t: phase.slo_goodput(objective, tenant=t) for t in batch}
