@@ -171,9 +171,12 @@ async def test_a_failing_leader_releases_its_followers(
     follower then goes upstream on its own, and gets its answer."""
     prompt, user = unique(), "released-" + uuid.uuid4().hex[:8]
     before = calls(upstream, "fail-500")
-    leader = asyncio.create_task(ask(client, body(prompt, "fail-500", x_delay=1.0)))
+    # The upstream takes 2 s, so that the followers (sent 0.4 s on) join the leader's
+    # flight even on a slow machine: with 1 s, CI once saw them come after it had failed,
+    # and then they rightly coalesced with each other. (`x_delay` is part of the key.)
+    leader = asyncio.create_task(ask(client, body(prompt, "fail-500", x_delay=2.0)))
     await asyncio.sleep(0.4)
-    followers = [ask(client, body(prompt, user, x_delay=1.0)) for _ in range(10)]
+    followers = [ask(client, body(prompt, user, x_delay=2.0)) for _ in range(10)]
     answers = await asyncio.gather(*followers)
     with pytest.raises(openai.APIStatusError) as failed:
         await leader
