@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 # A complete model folder holds all of these; the folder is renamed into place only once
 # they are written, so their presence means the model is whole.
@@ -117,8 +117,30 @@ def _write_model(folder: Path, seed: int, shape: Shape, byte_level: bool) -> Non
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    if byte_level:
+        _write_printable_ascii_only(model, tokenizer)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
+
+
+def _write_printable_ascii_only(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Zero the output rows of every token but printable ASCII. Random, the byte-level
+    model's greedy choice was a special token, over and over (an empty answer), and bytes
+    over 127 make partial UTF-8; with logits 0 against the others' random ones, greedy
+    decoding writes text, and a grammar may still pick any token."""
+    import torch
+
+    keep = [i for i in range(len(tokenizer)) if _printable(tokenizer.decode([i]))]
+    drop = torch.ones(len(tokenizer), dtype=torch.bool)
+    drop[keep] = False
+    with torch.no_grad():
+        model.lm_head.weight[drop] = 0.0
+
+
+def _printable(text: str | list[str]) -> bool:
+    return isinstance(text, str) and len(text) == 1 and " " <= text <= "~"
 
 
 def chat_tokenizer() -> PreTrainedTokenizerBase:

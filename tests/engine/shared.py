@@ -31,6 +31,7 @@ SHARED_DIR = "GATEWAY_TEST_ENGINE_DIR"
 # its engine still runs for another worker does not warn (and fail the test it lands in).
 _LAUNCHED: list[ServerProcess] = []
 MODEL = "tiny-vllm"
+BYTE_MODEL_DIR = "tiny-vllm-ascii"  # byte-level, writes printable ASCII
 MAX_NUM_SEQS = 4
 STOP_TIMEOUT_S = 15.0
 
@@ -93,14 +94,21 @@ def start_engine(root: Path, folder: Path) -> Engine:
     python = engine_python(root)
     if not python.exists():
         raise EngineMissing(f"{python} is missing: `make test` installs it (`make engine`)")
-    # The model `make engine` writes, at the same path every run: vLLM keys its cache of
-    # compiled graphs (~/.cache/vllm) by it, and a start that finds them skips half its
-    # compilation (12 s instead of 29 here).
-    model = write_tiny_chat_model(default_model(root), shape=VLLM)
+    # `make engine`'s model with a byte-level tokenizer, so that vLLM's grammar engine can
+    # constrain a tool call (it cannot read the WordPiece one: tiny_model.byte_tokenizer),
+    # at the same path every run, beside it: vLLM keys its cache of compiled graphs
+    # (~/.cache/vllm) by the path, and a start that finds them skips half its compilation
+    # (12 s instead of 29 here). One engine for every test: a second took 48 s to start.
+    model = write_tiny_chat_model(
+        default_model(root).with_name(BYTE_MODEL_DIR), shape=VLLM, byte_level=True
+    )
     port = free_port()
     # A tool parser: vLLM refuses a named tool_choice without one (it then constrains the
-    # output to the tool's schema itself; `pythonic` needs no special tokens).
+    # output to the tool's schema itself; `pythonic` needs no special tokens). JSON without
+    # free whitespace: a schema's enum then bounds the arguments' length.
     tools = ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"]
+    structured = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
+    tools += ["--structured-outputs-config", structured]
     extra = ["--max-num-seqs", str(MAX_NUM_SEQS), *tools]
     server = ServerProcess(
         command_line(python, model, port, name=MODEL, extra=extra),

@@ -6,11 +6,10 @@ vLLM serves both routes itself; the gateway translates them to chat completions 
 (gateway/dialects/). The engine is the reference: greedy decoding of the same request
 through the gateway and straight to the engine must give the same text and token counts,
 against its own `/v1/messages`, and against its chat route for the Responses API (its own
-`/v1/responses` tokenizes the prompt with the tokenizer's special tokens, which its chat
-route leaves to the chat template: 2 more prompt tokens here, [CLS] and [SEP]).
+`/v1/responses` tokenizes the prompt with the tokenizer's special tokens where a
+tokenizer adds them, which its chat route leaves to the chat template).
 
-The engine makes tool calls in test_tool_calls_vllm.py, on a model of its own: vLLM's
-constrained decoding cannot read this shared engine's WordPiece vocabulary."""
+The engine makes tool calls in test_tool_calls_vllm.py."""
 
 from __future__ import annotations
 

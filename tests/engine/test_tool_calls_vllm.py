@@ -4,11 +4,9 @@ the call's result sent back.
 
 A random model follows no tool format, so each request names its tool (`tool_choice`):
 vLLM then constrains the output to the tool's JSON schema (its structured outputs,
-xgrammar) and returns it as the tool call. Its grammar engines cannot read the shared
-engine's BERT WordPiece vocabulary, so this module starts an engine of its own on the same
-random Llama with a byte-level tokenizer (`backends.worker.tiny_model.byte_tokenizer`).
-The schema's enum bounds the arguments: a string the model wrote freely under the grammar
-could run to the token cap.
+xgrammar) and returns it as the tool call, which the shared engine's byte-level tokenizer
+allows (tests/engine/shared.py). The schema's enum bounds the arguments: a string the
+model wrote freely under the grammar could run to the token cap.
 
 The Messages tests run twice: translated to chat completions, and passed through to vLLM's
 own `/v1/messages` (`native_messages`, a gateway of its own on the same engine).
@@ -25,17 +23,9 @@ import httpx
 import openai
 import pytest
 
-from backends.local_vllm import command_line, default_model, engine_python, environment
-from backends.worker.tiny_model import VLLM, write_tiny_chat_model
-from bench.processes import Gateway, ServerProcess, free_port, start_gateway
+from bench.processes import Gateway, start_gateway
 from tests.conftest import hash_of
-from tests.engine.conftest import (
-    INTERACTIVE_KEY,
-    START_TIMEOUT_S,
-    claude_of,
-    tenants,
-    vllm_backend,
-)
+from tests.engine.conftest import INTERACTIVE_KEY, claude_of, tenants, vllm_backend
 from tests.engine.shared import MODEL, Engine
 
 pytestmark = pytest.mark.serial
@@ -53,52 +43,13 @@ TOOL = {"name": "pick_city", "description": "Pick a city.", "input_schema": SCHE
 
 
 @pytest.fixture(scope="module")
-def tool_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """vLLM on the byte-level model (beside `make engine`'s, at a fixed path: vLLM keys
-    its compiled graphs by it), JSON without free whitespace."""
-    model = write_tiny_chat_model(
-        default_model().with_name("tiny-vllm-bytes"), shape=VLLM, byte_level=True
-    )
-    port = free_port()
-    structured = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
-    extra = ["--max-num-seqs", "4", "--enable-auto-tool-choice", "--tool-call-parser"]
-    extra += ["pythonic", "--structured-outputs-config", structured]
-    log = tmp_path_factory.mktemp("tool-engine") / "vllm.log"
-    server = ServerProcess(
-        command_line(engine_python(), model, port, name=MODEL, extra=extra),
-        f"http://127.0.0.1:{port}/health",
-        log,
-        env=environment(),
-    ).start(timeout_s=START_TIMEOUT_S)
-    url = f"http://127.0.0.1:{port}"
-    assert server.process is not None
-    yield Engine(url, f"{url}/v1", server.process.pid, str(log))
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def tool_gateway(
-    tool_engine: Engine, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    config = {
-        "state": {"url": "memory", "path": str(tmp_path_factory.mktemp("state") / "s.json")},
-        "backends": [vllm_backend(tool_engine, max_concurrency=8, concurrency={"mode": "fixed"})],
-        "cache": {"enabled": False},
-        "tenants": tenants(),
-    }
-    gateway = start_gateway(config, tmp_path_factory.mktemp("gateway"))
-    yield gateway
-    gateway.stop()
-
-
-@pytest.fixture(scope="module")
 def native_gateway(
-    tool_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+    vllm_engine: Engine, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     """Messages requests passed through to the engine's own route; the interactive
     tenant's tokens counted (a daily budget it never reaches), for the admin API to read."""
     backend = vllm_backend(
-        tool_engine, max_concurrency=8, concurrency={"mode": "fixed"}, native_messages=True
+        vllm_engine, max_concurrency=8, concurrency={"mode": "fixed"}, native_messages=True
     )
     counted = [
         {**tenant, "quotas": {"tokens_per_day": 10**9}}
@@ -118,16 +69,10 @@ def native_gateway(
     gateway.stop()
 
 
-@pytest.fixture(scope="module")
-def agent_gateway(tool_gateway: Gateway) -> Gateway:
-    """`claude` and `codex` (tests/engine/conftest.py) talk to this module's gateway."""
-    return tool_gateway
-
-
 @pytest.fixture(scope="module", params=["translated", "passed through"])
 def claude(request: pytest.FixtureRequest) -> Iterator[anthropic.Anthropic]:
     """The official Anthropic client, through each of this module's gateways."""
-    name = "tool_gateway" if request.param == "translated" else "native_gateway"
+    name = "vllm_gateway" if request.param == "translated" else "native_gateway"
     with claude_of(request.getfixturevalue(name)) as client:
         yield client
 
@@ -226,7 +171,7 @@ def test_a_response_gets_a_function_call_plain_and_streamed(codex: openai.OpenAI
 
 
 def test_a_message_passed_through_is_the_engines_own_and_charged_its_usage(
-    native_gateway: Gateway, tool_engine: Engine
+    native_gateway: Gateway, vllm_engine: Engine
 ) -> None:
     request: dict[str, Any] = {
         "model": MODEL,
@@ -240,7 +185,7 @@ def test_a_message_passed_through_is_the_engines_own_and_charged_its_usage(
     streamed = httpx.post(
         f"{native_gateway.url}/v1/messages", json={**request, "stream": True}, headers=headers
     )
-    own = httpx.post(f"{tool_engine.url}/v1/messages", json=request, timeout=120)
+    own = httpx.post(f"{vllm_engine.url}/v1/messages", json=request, timeout=120)
     assert through.status_code == own.status_code == streamed.status_code == 200, through.text
     answer, reference = through.json(), own.json()
     # vLLM's own route names a message by its chat completion's id; the translation by msg_.

@@ -29,10 +29,11 @@ from tests.engine.conftest import (
 # The engine's start (60-90 s) counts against the timeout of the first test that asks for it.
 pytestmark = [pytest.mark.timeout(600), pytest.mark.serial]
 
-# Long enough to fill several 128-token blocks of vLLM's prefix cache: a shared prefix
-# hits only in whole blocks.
+# Long enough to fill several 128-token blocks of vLLM's prefix cache (a shared prefix
+# hits only in whole blocks), short enough for its 1,024-token context: about 620 tokens
+# of the engine's byte-level tokenizer.
 LONG_PREFIX = " ".join(
-    f"section {i} of the shared operating manual says nothing" for i in range(60)
+    f"section {i} of the shared operating manual says nothing" for i in range(12)
 )
 
 
