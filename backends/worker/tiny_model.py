@@ -118,12 +118,12 @@ def _write_model(folder: Path, seed: int, shape: Shape, byte_level: bool) -> Non
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     if byte_level:
-        _write_printable_ascii_only(model, tokenizer)
+        _printable_ascii_output_only(model, tokenizer)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
 
 
-def _write_printable_ascii_only(
+def _printable_ascii_output_only(
     model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase
 ) -> None:
     """Zero the output rows of every token but printable ASCII. Random, the byte-level
