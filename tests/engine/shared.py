@@ -35,6 +35,16 @@ BYTE_MODEL_DIR = "tiny-vllm-ascii"  # byte-level, writes printable ASCII
 MAX_NUM_SEQS = 4
 STOP_TIMEOUT_S = 15.0
 
+# A tool parser: vLLM refuses a named tool_choice without one (it then constrains the
+# output to the tool's schema itself; `pythonic` needs no special tokens). JSON without free
+# whitespace: a schema's enum then bounds the arguments' length.
+ENGINE_FLAGS = [
+    *("--max-num-seqs", str(MAX_NUM_SEQS)),
+    *("--enable-auto-tool-choice", "--tool-call-parser", "pythonic"),
+    "--structured-outputs-config",
+    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+]
+
 
 class EngineMissing(RuntimeError):
     """`make engine` has not been run: the engine's venv is not there."""
@@ -89,29 +99,26 @@ def _alive(pid: int) -> bool:
     return waited == 0
 
 
+def engine_model(root: Path | None = None) -> Path:
+    """`make engine`'s model with a byte-level tokenizer, so that vLLM's grammar engine can
+    constrain a tool call (it cannot read the WordPiece one: tiny_model.byte_tokenizer),
+    written beside it at the same path every run: vLLM keys its cache of compiled graphs
+    (~/.cache/vllm) by the model's path among other things, and a start that finds them
+    skips half its compilation (12 s instead of 29 here). One engine for every test; the
+    cold-start test starts another with the same model and flags, from that cache (a
+    second model of their own took 48 s to start)."""
+    folder = default_model() if root is None else default_model(root)
+    return write_tiny_chat_model(folder.with_name(BYTE_MODEL_DIR), shape=VLLM, byte_level=True)
+
+
 def start_engine(root: Path, folder: Path) -> Engine:
     """Launches vLLM and returns at once (`Engine.wait_ready` waits for it)."""
     python = engine_python(root)
     if not python.exists():
         raise EngineMissing(f"{python} is missing: `make test` installs it (`make engine`)")
-    # `make engine`'s model with a byte-level tokenizer, so that vLLM's grammar engine can
-    # constrain a tool call (it cannot read the WordPiece one: tiny_model.byte_tokenizer),
-    # at the same path every run, beside it: vLLM keys its cache of compiled graphs
-    # (~/.cache/vllm) by the path, and a start that finds them skips half its compilation
-    # (12 s instead of 29 here). One engine for every test: a second took 48 s to start.
-    model = write_tiny_chat_model(
-        default_model(root).with_name(BYTE_MODEL_DIR), shape=VLLM, byte_level=True
-    )
-    port = free_port()
-    # A tool parser: vLLM refuses a named tool_choice without one (it then constrains the
-    # output to the tool's schema itself; `pythonic` needs no special tokens). JSON without
-    # free whitespace: a schema's enum then bounds the arguments' length.
-    tools = ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"]
-    structured = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
-    tools += ["--structured-outputs-config", structured]
-    extra = ["--max-num-seqs", str(MAX_NUM_SEQS), *tools]
+    model, port = engine_model(root), free_port()
     server = ServerProcess(
-        command_line(python, model, port, name=MODEL, extra=extra),
+        command_line(python, model, port, name=MODEL, extra=ENGINE_FLAGS),
         f"http://127.0.0.1:{port}/health",
         folder / "vllm.log",
         env=environment(),

@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from backends.local_vllm import command_line, default_model, engine_python, environment
+from backends.local_vllm import command_line, engine_python, environment
 from backends.vllm_startup import phases
-from backends.worker.tiny_model import VLLM, write_tiny_chat_model
 from bench.processes import Gateway
 from tests.conftest import GatewayFactory, hash_of
 from tests.engine.conftest import INTERACTIVE_KEY, MODEL, OPERATOR_KEY
+from tests.engine.shared import ENGINE_FLAGS, engine_model
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.serial]
 HEADERS = {"authorization": f"Bearer {INTERACTIVE_KEY}"}
@@ -31,7 +31,7 @@ def on_demand(model: Path) -> dict[str, Any]:
     return {
         "name": "vllm-on-demand",
         "kind": "process",
-        "command": command_line(engine_python(), model, "{port}", name=MODEL),
+        "command": command_line(engine_python(), model, "{port}", name=MODEL, extra=ENGINE_FLAGS),
         "env": engine_env,
         "ready_path": "/health",
         "models": [MODEL],
@@ -59,7 +59,8 @@ def metric(gateway: Gateway, name: str) -> float:
 def test_a_request_at_zero_is_held_through_a_real_vllm_start_and_answered(
     gateway_factory: GatewayFactory, tmp_path: Path
 ) -> None:
-    model = write_tiny_chat_model(default_model(), shape=VLLM)  # vLLM's compile cache: see conftest
+    # The shared engine's model and flags: its compiled graphs are in vLLM's cache by now.
+    model = engine_model()
     config = {
         "state": {"url": "memory", "path": str(tmp_path / "state.json")},
         "cache": {"enabled": False},
