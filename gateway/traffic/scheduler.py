@@ -303,7 +303,7 @@ class FairScheduler:
         now, rank = self._clock(), self._ranks[priority]
         if self._queue.ahead(rank) == 0 and self._may_dispatch(rank, now):
             return 0.0
-        return self._waits.admission(self._queue, self._slots, tenant, weight, rank, now)
+        return self._waits.expected_wait(self._queue, self._slots, tenant, weight, rank, now)
 
     def drop_waiting(self, reason: str, error: Callable[[], Exception]) -> None:
         """Fails every waiter with a new `error()` (a cold start failed: nothing will serve
@@ -329,7 +329,7 @@ class FairScheduler:
 
     def _admit(self, entry: Entry, now: float) -> None:
         """Refuses on arrival (raises Shed), or makes room in a full queue."""
-        wait = self._waits.admission(
+        wait = self._waits.expected_wait(
             self._queue, self._slots, entry.tenant, entry.weight, entry.rank, now
         )
         # Held for a cold start, the wait is mostly the start's, not a queue at its limit.
@@ -392,7 +392,7 @@ class FairScheduler:
     def _recheck(self, now: float) -> None:
         """Drops, from the back of each tenant's line, the waiters whose expected wait has
         grown past their deadline (a burst of higher-class work, slower service), by the
-        model and the measured pace alike (`Waits.recheck`): told now, not at the
+        model and the measured pace alike (`Waits.expected_wait`): told now, not at the
         deadline. Only the newest are at risk; the check stops at one that fits.
         """
         if self._slots.limit == 0:
@@ -403,7 +403,7 @@ class FairScheduler:
                 entry, position = newest
                 if entry not in self._waiters:
                     break  # cannot happen (queue and waiters move together); never spin
-                wait = self._waits.recheck(
+                wait = self._waits.expected_wait(
                     self._queue, self._slots, tenant, entry.weight, rank, now, position
                 )
                 if not should_shed(now, entry.deadline, wait):

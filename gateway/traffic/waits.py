@@ -3,17 +3,15 @@ scheduler measured (service times, each class's recent dispatches, the pace line
 at) and the limit now. No I/O and no clock of its own: `now` is passed in,
 and `gateway.traffic.scheduler` records into it and asks it on every arrival and re-check.
 
-Admission takes the longer of two estimates (`admission`), so that it errs on the side of
-a refusal now rather than one after a wait: the model (`wait`: the waiters ahead, the slots
-a class may take, its own mean service time, what higher classes take) and the measured
-pace of the tenant's own line (`DrainRate`, `measured_wait_s`). The re-check of those
-already waiting takes the shorter (`recheck`), for the same reason: it drops a request
-that has waited only when both say it cannot make its deadline.
+Admission takes the longer of two estimates (`expected_wait`), so that it errs on the side
+of a refusal now rather than one after a wait: the model (`wait`: the waiters ahead, the
+slots a class may take, its own mean service time, what higher classes take) and the
+measured pace of the tenant's own line (`DrainRate`, `measured_wait_s`). The re-check of
+those already waiting takes the shorter, for the same reason: it drops a request that has
+waited only when both say it cannot make its deadline.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from gateway.traffic.fair_queue import FairQueue
 from gateway.traffic.shedding import (
@@ -86,15 +84,7 @@ class Waits:
         estimator = self._class_service.get(rank)
         return estimator.mean_s if estimator is not None else self.service.mean_s
 
-    def admission(
-        self, queue: FairQueue, slots: Slots, tenant: str, weight: float, rank: int, now: float
-    ) -> float:
-        """A newcomer's expected wait as admission counts it: the longer of the model's
-        (`wait`) and the measured pace's (`measured_wait_s`), so that a request that may
-        not make its deadline is refused now rather than after a wait."""
-        return self._both(queue, slots, tenant, weight, rank, now, None, max)
-
-    def recheck(
+    def expected_wait(
         self,
         queue: FairQueue,
         slots: Slots,
@@ -102,37 +92,29 @@ class Waits:
         weight: float,
         rank: int,
         now: float,
-        position: int,
+        position: int | None = None,
     ) -> float:
-        """A waiter's expected wait as the re-check counts it (`position` in its tenant's
-        line): the shorter of the two, so that a request that has waited is dropped only
-        when both say it cannot make its deadline. A learned limit cut below what is in
-        flight lengthens the model's wait at once, while the line drains as fast as the
-        engine works: in front of vLLM with a small KV cache, whose engine-metrics limit
-        swung between 20 and 35, the model alone dropped 12-20% of the refusals at 5x
-        after a wait (refusal p99 1.5-3.6 s; docs/slo-goodput.md)."""
-        return self._both(queue, slots, tenant, weight, rank, now, position, min)
+        """A request's expected wait from the model (`wait`) and the measured pace of its
+        tenant's line (`measured_wait_s`); the model's alone where nothing was measured,
+        or where it expects no wait.
 
-    def _both(
-        self,
-        queue: FairQueue,
-        slots: Slots,
-        tenant: str,
-        weight: float,
-        rank: int,
-        now: float,
-        position: int | None,
-        pick: Callable[[float, float], float],
-    ) -> float:
-        """The model's wait and the measured pace's, `pick`ed; the model's alone where
-        nothing was measured, or where it expects no wait. `position`: in the tenant's
-        line (None: a newcomer behind all of it)."""
+        A newcomer (`position` None: behind all of its tenant's line) gets the longer of
+        the two, so that a request that may not make its deadline is refused now rather
+        than after a wait. A waiter (`position` in that line, for the re-check) gets the
+        shorter, so that a request that has waited is dropped only when both say it
+        cannot make its deadline: a learned limit cut below what is in flight lengthens
+        the model's wait at once, while the line drains as fast as the engine works. In
+        front of vLLM with a small KV cache, whose engine-metrics limit swung between 20
+        and 35, the model alone dropped 12-20% of the refusals at 5x after a wait
+        (refusal p99 1.5-3.6 s; docs/slo-goodput.md)."""
         wait = self.wait(slots, queue.ahead_of(tenant, weight, rank, position), rank, now)
         if wait == 0.0:
             return wait
         own = queue.line(tenant, rank) if position is None else position
         measured = self._measured(queue, slots, tenant, weight, rank, now, own)
-        return wait if measured is None else pick(wait, measured)
+        if measured is None:
+            return wait
+        return max(wait, measured) if position is None else min(wait, measured)
 
     def _measured(
         self,
