@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from backends.local_vllm import command_line, default_model, engine_python, environment
+from backends.local_vllm import ROOT, command_line, default_model, engine_python, environment
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
 from bench.processes import ServerProcess, free_port
 
@@ -99,7 +99,7 @@ def _alive(pid: int) -> bool:
     return waited == 0
 
 
-def engine_model(root: Path | None = None) -> Path:
+def engine_model(root: Path = ROOT) -> Path:
     """`make engine`'s model with a byte-level tokenizer, so that vLLM's grammar engine can
     constrain a tool call (it cannot read the WordPiece one: tiny_model.byte_tokenizer),
     written beside it at the same path every run: vLLM keys its cache of compiled graphs
@@ -107,8 +107,8 @@ def engine_model(root: Path | None = None) -> Path:
     skips half its compilation (12 s instead of 29 here). One engine for every test; the
     cold-start test starts another with the same model and flags, from that cache (a
     second model of their own took 48 s to start)."""
-    folder = default_model() if root is None else default_model(root)
-    return write_tiny_chat_model(folder.with_name(BYTE_MODEL_DIR), shape=VLLM, byte_level=True)
+    folder = default_model(root).with_name(BYTE_MODEL_DIR)
+    return write_tiny_chat_model(folder, shape=VLLM, byte_level=True)
 
 
 def start_engine(root: Path, folder: Path) -> Engine:
