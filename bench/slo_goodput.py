@@ -89,6 +89,9 @@ mode and load; class where it says):
     ttft_p50_ratio_vs_bare, ttft_p99_ratio_vs_bare   (gateway modes)
     tpot_p99_ms, tpot_p99_ratio_vs_unloaded   interactive streams of >= 64 tokens
     throughput_ratio_vs_bare    output tokens per second of answers completed in the window
+    in_deadline_throughput_ratio_vs_bare   the same, of answers completed within their
+                                deadline alone (in_deadline_tokens_per_s): the bare engine's
+                                clients wait a second past it, the gateway cuts a stream there
     client_timeouts             requests the client gave up on (whole phase)
     client_timeouts_streaming   of those, streams whose first token had come: the client's
                                 total timeout (6 s) cut them while tokens flowed
@@ -554,8 +557,13 @@ def answered(record: Record) -> bool:
     return record[4] == 200 and record[5] is None
 
 
+def deadline_ms(klass: str) -> float:
+    """The deadline a class's clients send (`x-request-timeout`), in ms."""
+    return DEADLINES[klass][0] * 1000.0
+
+
 def meets(record: Record, klass: str, objective: Objective) -> bool:
-    if not answered(record) or record[3] > DEADLINES[klass][0] * 1000.0:
+    if not answered(record) or record[3] > deadline_ms(klass):
         return False
     if klass == "batch":
         return True
@@ -613,9 +621,15 @@ class Phase:
         kept = self.records("interactive")
         return [tpot_ms(r) for r in kept if answered(r) and r[7] >= TPOT_MIN_TOKENS]
 
-    def tokens_per_s(self) -> float:
-        """Output tokens of answers completed inside the window, per second."""
-        return sum(r[7] for r in self.ended() if answered(r)) / self.seconds
+    def tokens_per_s(self, in_deadline: bool = False) -> float:
+        """Output tokens of answers completed inside the window, per second; with
+        `in_deadline`, of those completed within their class's deadline alone (the bare
+        engine finishes answers its client has not yet given up on, up to a second past
+        the deadline the gateway would cut them at)."""
+        kept = [r for r in self.ended() if answered(r)]
+        if in_deadline:
+            kept = [r for r in kept if r[3] <= deadline_ms(CLASS_OF[self.tenants[r[0]]])]
+        return sum(r[7] for r in kept) / self.seconds
 
     def polled(self, prefix: str) -> list[list[str]]:
         """Each poll's texts whose name starts with `prefix` taken in the window, by poll."""
@@ -651,6 +665,7 @@ def figures(
         percentile(tpots, 99), objective.tpot_ms / SLO_FACTOR
     )
     out[("output_tokens_per_s", None)] = phase.tokens_per_s()
+    out[("in_deadline_tokens_per_s", None)] = phase.tokens_per_s(in_deadline=True)
     records = phase.result.records
     out[("client_timeouts", None)] = sum(1 for r in records if r[6])
     streaming = sum(1 for r in records if r[5] == "client_timeout_streaming")
@@ -768,6 +783,7 @@ def mean(values: Iterable[Any]) -> float:
 UNITS = {
     "slo_goodput_rps": "req/s",
     "output_tokens_per_s": "tokens/s",
+    "in_deadline_tokens_per_s": "tokens/s",
     "client_timeouts": "requests",
     "client_timeouts_streaming": "requests",
     "deadline_cut_streams": "requests",
@@ -804,6 +820,9 @@ def versus_bare(
         )
     out[("throughput_ratio_vs_bare", None)] = ratio(
         own[("output_tokens_per_s", None)], bare[("output_tokens_per_s", None)]
+    )
+    out[("in_deadline_throughput_ratio_vs_bare", None)] = ratio(
+        own[("in_deadline_tokens_per_s", None)], bare[("in_deadline_tokens_per_s", None)]
     )
     for q in ("p50", "p99"):
         out[(f"ttft_{q}_ratio_vs_bare", None)] = ratio(

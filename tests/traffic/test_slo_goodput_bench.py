@@ -100,6 +100,7 @@ def test_slo_goodput_counts_the_window_and_compares_with_bare() -> None:
     own = {("slo_goodput_rps", k): 1.0 for k in (None, "interactive", "batch")}
     own |= {
         ("output_tokens_per_s", None): 5.0,
+        ("in_deadline_tokens_per_s", None): 3.0,
         ("ttft_p50_ms", None): 2.0,
         ("ttft_p99_ms", None): 4.0,
     }
@@ -107,7 +108,24 @@ def test_slo_goodput_counts_the_window_and_compares_with_bare() -> None:
     compared = versus_bare(own, bare)
     assert compared[("slo_goodput_ratio_vs_bare", None)] == 0.5
     assert compared[("throughput_ratio_vs_bare", None)] == 0.5
+    assert compared[("in_deadline_throughput_ratio_vs_bare", None)] == 0.5
     assert compared[("ttft_p99_ratio_vs_bare", None)] == 0.5
+
+
+def test_in_deadline_throughput_leaves_out_answers_that_ended_past_their_deadline() -> None:
+    """The bare engine's clients wait a second past their deadline, so it finishes answers
+    a gateway would have cut there; the in-deadline figure counts neither."""
+    records = [
+        Record(0, 0.5, 50.0, 4_900.0, 200, None, False, 10),  # interactive, in time
+        Record(0, 0.5, 50.0, 5_400.0, 200, None, False, 20),  # interactive, 0.4 s late
+        Record(1, 0.5, 50.0, 5_400.0, 200, None, False, 40),  # batch (15 s), in time
+        Record(0, 0.5, 50.0, 5_000.0, 200, "stream:deadline_exceeded", False, 80),  # cut
+    ]
+    phase = Phase(PhaseResult(records=records), ["interactive", "batch"], (5.0, 7.0))
+    assert phase.tokens_per_s() == 35.0
+    assert phase.tokens_per_s(in_deadline=True) == 25.0
+    shown = figures(phase, OBJECTIVE, {"interactive": 1.0, "batch": 1.0, "noisy": 0.0})
+    assert shown[("in_deadline_tokens_per_s", None)] == 25.0
 
 
 def test_the_load_generator_numbers_each_streams_arrivals_and_keeps_bodies_and_urls() -> None:
