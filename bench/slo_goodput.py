@@ -557,13 +557,13 @@ def answered(record: Record) -> bool:
     return record[4] == 200 and record[5] is None
 
 
-def deadline_ms(klass: str) -> float:
-    """The deadline a class's clients send (`x-request-timeout`), in ms."""
-    return DEADLINES[klass][0] * 1000.0
+def in_time(record: Record, klass: str) -> bool:
+    """Ended within the deadline its class's clients send (`x-request-timeout`)."""
+    return record[3] <= DEADLINES[klass][0] * 1000.0
 
 
 def meets(record: Record, klass: str, objective: Objective) -> bool:
-    if not answered(record) or record[3] > deadline_ms(klass):
+    if not answered(record) or not in_time(record, klass):
         return False
     if klass == "batch":
         return True
@@ -594,9 +594,12 @@ class Phase:
             r
             for r in self.result.records
             if low <= at(r) < high
-            and (klass is None or CLASS_OF[self.tenants[r[0]]] == klass)
+            and (klass is None or self.class_of(r) == klass)
             and (tenant is None or self.tenants[r[0]] == tenant)
         ]
+
+    def class_of(self, record: Record) -> str:
+        return CLASS_OF[self.tenants[record[0]]]
 
     @property
     def seconds(self) -> float:
@@ -611,7 +614,7 @@ class Phase:
         left it (2026-12-06: admission on the model alone held 518 waiting and counted
         34.7 req/s against 22.5 with the measured drain, at the same output tokens/s)."""
         ended = self.ended(klass, tenant)
-        good = [r for r in ended if meets(r, CLASS_OF[self.tenants[r[0]]], objective)]
+        good = [r for r in ended if meets(r, self.class_of(r), objective)]
         return len(good) / self.seconds
 
     def ttfts(self) -> list[float]:
@@ -628,7 +631,7 @@ class Phase:
         the deadline the gateway would cut them at)."""
         kept = [r for r in self.ended() if answered(r)]
         if in_deadline:
-            kept = [r for r in kept if r[3] <= deadline_ms(CLASS_OF[self.tenants[r[0]]])]
+            kept = [r for r in kept if in_time(r, self.class_of(r))]
         return sum(r[7] for r in kept) / self.seconds
 
     def polled(self, prefix: str) -> list[list[str]]:
