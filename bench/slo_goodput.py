@@ -98,7 +98,7 @@ mode and load; class where it says):
     deadline_cut_streams        streams the gateway ended at the client's deadline
                                 (`x-request-timeout`, 5 s) with a `deadline_exceeded`
                                 event, tokens still flowing (none with `--deadlines none`)
-    refused_share, refusal_latency_p99_ms   429 and 503
+    refused_share, refusal_latency_p99_ms   429 and 503 (these and the two below: all, and by class)
     refused_late_share          of those refusals, the ones that came after a wait in the
                                 gateway's queue (`deadline_slipped`, `deadline_passed`),
                                 not at arrival: the late ones refusal_latency_p99_ms shows
@@ -675,13 +675,8 @@ def figures(
     out[("client_timeouts_streaming", None)] = streaming
     cut = sum(1 for r in records if r[5] == "stream:deadline_exceeded")
     out[("deadline_cut_streams", None)] = cut
-    refused = [r for r in phase.records() if r[4] in (429, 503)]
-    out[("refused_share", None)] = ratio(len(refused), len(phase.records()))
-    out[("refusal_latency_p99_ms", None)] = percentile([r[3] for r in refused], 99)
-    late = sum(1 for r in refused if r[5] in (SLIPPED, AT_DEADLINE))
-    out[("refused_late_share", None)] = ratio(late, len(refused))
-    at_deadline = sum(1 for r in refused if r[5] == AT_DEADLINE)
-    out[("refused_at_deadline_share", None)] = ratio(at_deadline, len(refused))
+    for klass in (None, *RANK):
+        out.update(refusal_figures(phase.records(klass), klass))
     batch = [t for t in TENANTS if CLASS_OF[t] == "batch"]
     goodput = {t: phase.slo_goodput(objective, tenant=t) for t in batch}
     fair = max_min_shares({t: rates[t] for t in batch}, sum(goodput.values()))
@@ -689,6 +684,21 @@ def figures(
     out.update(load_figures(phase))
     out[("loadgen_lag_p99_ms", None)] = phase.result.lag_p99_ms
     return out
+
+
+def refusal_figures(records: list[Record], klass: str | None) -> Figures:
+    """Refusals of the requests sent in the window (`records`, of one class or all): by
+    class too, so that a late refusal says whose wait it ended (the top class waits for
+    slots alone, lower classes for the pacer and the prefill gate as well)."""
+    refused = [r for r in records if r[4] in (429, 503)]
+    late = sum(1 for r in refused if r[5] in (SLIPPED, AT_DEADLINE))
+    at_deadline = sum(1 for r in refused if r[5] == AT_DEADLINE)
+    return {
+        ("refused_share", klass): ratio(len(refused), len(records)),
+        ("refusal_latency_p99_ms", klass): percentile([r[3] for r in refused], 99),
+        ("refused_late_share", klass): ratio(late, len(refused)),
+        ("refused_at_deadline_share", klass): ratio(at_deadline, len(refused)),
+    }
 
 
 def load_figures(phase: Phase) -> dict[tuple[str, str | None], float]:

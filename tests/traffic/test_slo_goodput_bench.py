@@ -245,3 +245,8 @@ def test_late_refusals_are_those_after_a_wait_in_the_queue_of_those_sent_in_the_
     assert out[("refused_share", None)] == 4 / 5
     assert out[("refused_late_share", None)] == 2 / 4
     assert out[("refused_at_deadline_share", None)] == 1 / 4
+    # By class: stream 1 is the batch tenant's; the interactive answer was not refused.
+    assert out[("refused_share", "batch")] == 4 / 4
+    assert out[("refused_at_deadline_share", "batch")] == 1 / 4
+    assert out[("refused_share", "interactive")] == 0.0
+    assert math.isnan(out[("refused_late_share", "interactive")])
