@@ -38,6 +38,16 @@ ENGINE_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
 }
 
+# No torch.compile (`-O0`, vLLM's optimisation level 0). On the CPU build it compiles
+# without Inductor, so nothing is fused or generated, and 0.32.0 cannot load the
+# graph it cached (`'function' object has no attribute 'finalize_loading'`): every start
+# compiled again, 10-20 s of a 45-70 s start. Three starts each way, alternated, the engine
+# pinned to one core (2026-12-06, docs/measurements.md): 43.7-48.3 s to healthy against
+# 54.5-69.8 s; time per output token 7.2-8.7 ms against 7.3-8.6, and the load-1 throughput
+# 15.4-18.6 req/s against 17.2-18.2. On a GPU the compiled graphs and CUDA graphs are what
+# make it fast: bring your own vLLM there.
+NO_COMPILE = "-O0"
+
 
 def engine_python(root: Path = ROOT) -> Path:
     """The engine venv's interpreter: $GATEWAY_VLLM_PYTHON, else `.engine/bin/python`."""
@@ -83,6 +93,7 @@ def command_line(
         "float32",  # CPUs without native bf16 (AVX2) refuse bfloat16
         "--max-model-len",
         str(max_model_len),
+        NO_COMPILE,
         "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
         *policy,
         "--disable-uvicorn-access-log",  # one line per request would drown the start log

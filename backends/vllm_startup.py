@@ -12,9 +12,11 @@ phases below are whole seconds, except `weights`, which vLLM times itself:
                            the engine-core and worker processes, the model's config)
     weights                the load, as vLLM timed it
     compile_and_warmup     `Warming up model` -> `Warming up done.` (torch.compile, CPU
-                           kernels; on a GPU CUDA graphs)
+                           kernels; on a GPU CUDA graphs); none without compilation (`-O0`,
+                           as backends/local_vllm.py starts the CPU build)
     kv_cache               `Warming up done.` -> `init engine ... took` (the KV cache's
-                           allocation; on a GPU its memory profiling comes first)
+                           allocation; on a GPU its memory profiling comes first); without
+                           a warm-up, from `Starting to load model` (the weights with it)
     api_server             -> `Starting vLLM server on` (the OpenAI server's routes)
 
 Nothing here reads a clock: the caller gives the launch time.
@@ -66,10 +68,11 @@ def phases(log: str, launched_at: float) -> dict[str, float]:
     # The log's seconds are truncated: the launch to the second, too, so that a phase is
     # never negative.
     marks["launched"] = float(int(launched_at))
+    warmed_up = "warmup_begun" in marks  # none with `-O0`
     spans = {
         "imports_and_processes": ("launched", "load_model"),
         "compile_and_warmup": ("warmup_begun", "warmup_done"),
-        "kv_cache": ("warmup_done", "engine_ready"),
+        "kv_cache": ("warmup_done" if warmed_up else "load_model", "engine_ready"),
         "api_server": ("engine_ready", "server_started"),
     }
     result = {

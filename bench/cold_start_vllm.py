@@ -3,8 +3,9 @@ build, `make engine`), through the gateway, against the same engine started alon
 
     vllm_alone_first vLLM started directly (no gateway), polled on /health every 0.1 s,
                      then one streamed completion (max_tokens 1): launch -> the token; the
-                     first start of this model, which compiles its graphs into vLLM's cache
-    vllm_alone       the same again, the compiled graphs now cached (the baseline)
+                     run's first start (before 2026-12-06 it compiled the model's graphs;
+                     the CPU build now starts with `-O0`, backends/local_vllm.py)
+    vllm_alone       the same again (the baseline)
     vllm_process     a gateway whose `process` backend (min_replicas 0) runs the same
                      command; one streamed completion sent at zero, held through the start
                      (keep-alives) and answered: request sent -> the token's chunk
@@ -49,8 +50,8 @@ BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 1, "stream": True}
 def run(work_dir: Path, emit: Emit, progress: Callable[[str], None]) -> int:
     model = write_tiny_chat_model(work_dir / "tiny-vllm", shape=VLLM)
     common = {"engine": ENGINE_NAME}
-    # A first start compiles this model's graphs into vLLM's cache (~/.cache/vllm); the
-    # next ones reuse them. It is reported, but the comparison is between two warm starts.
+    # The first start reads vLLM's imports from disk, the next ones from the page cache.
+    # It is reported, but the comparison is between two warm starts.
     for scenario in ("vllm_alone_first", "vllm_alone"):
         alone_s, alone_log, launched = _alone(work_dir, model)
         progress(f"{scenario}: {alone_s:.1f} s to the first token")

@@ -8,6 +8,7 @@ from pathlib import Path
 from backends.vllm_startup import phases
 
 LOG = (Path(__file__).with_name("fixtures") / "vllm_start.log").read_text()
+NO_COMPILE_LOG = (Path(__file__).with_name("fixtures") / "vllm_start_O0.log").read_text()
 
 
 def test_the_phases_of_a_captured_start() -> None:
@@ -27,3 +28,14 @@ def test_a_start_cut_short_gives_only_the_phases_it_reached() -> None:
     cut = LOG[: LOG.index("Warming up done")]
     assert set(phases(cut, launched)) == {"imports_and_processes", "weights"}
     assert phases("", launched) == {}
+
+
+def test_a_start_without_compilation_has_no_compile_phase_and_keeps_the_rest() -> None:
+    launched = datetime(2026, 12, 6, 21, 24, 15).timestamp()
+    assert "-O0" in NO_COMPILE_LOG.splitlines()[0]
+    assert phases(NO_COMPILE_LOG, launched) == {
+        "imports_and_processes": 33.0,  # 21:24:15 -> 21:24:48
+        "weights": 0.07,
+        "kv_cache": 3.0,  # no warm-up: from the model's load, 21:24:48 -> 21:24:51
+        "api_server": 1.0,  # -> 21:24:52
+    }

@@ -1,5 +1,5 @@
 """The real engine: vLLM's CPU build (`make engine`, backends/local_vllm.py), started once
-for the whole session (60-90 s here, most of it compiling; launched at collection, so that
+for the whole session (35-50 s here, most of it imports; launched at collection, so that
 the start overlaps the rest of the suite), and a gateway in front of it.
 
 The engine runs with `--max-num-seqs 4`, so that a handful of requests fills its batch and
@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(
 ) -> None:
     """When the run holds real-engine tests, the engine starts now, in the background, and
     those tests go last (under xdist, `--dist loadscope`: each module on one worker): its
-    60-90 s start overlaps the rest of the suite instead of adding to it (most of the suite
+    35-50 s start overlaps the rest of the suite instead of adding to it (most of the suite
     waits on sockets, not on the cores)."""
     here = Path(__file__).parent
     engine_items = [item for item in items if here in item.path.parents]

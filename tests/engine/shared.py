@@ -3,7 +3,7 @@ split: in this process, or, under pytest-xdist (`make test` runs two workers), b
 worker to collect the tests, for whichever worker runs them.
 
 Under xdist every worker collects every test, so each would start an engine of its own
-(60-90 s of the two cores each). Instead the controller names a folder
+(35-50 s of the two cores each). Instead the controller names a folder
 (`GATEWAY_TEST_ENGINE_DIR`, inherited by the workers it spawns); the first worker to
 create its lock file starts the engine and writes where it listens, the others read that,
 and the controller stops it when the whole run ends: the worker that started it may finish
@@ -102,11 +102,8 @@ def _alive(pid: int) -> bool:
 def engine_model(root: Path = ROOT) -> Path:
     """`make engine`'s model with a byte-level tokenizer, so that vLLM's grammar engine can
     constrain a tool call (it cannot read the WordPiece one: tiny_model.byte_tokenizer),
-    written beside it at the same path every run: vLLM keys its cache of compiled graphs
-    (~/.cache/vllm) by the model's path among other things, and a start that finds them
-    skips half its compilation (12 s instead of 29 here). One engine for every test; the
-    cold-start test starts another with the same model and flags, from that cache (a
-    second model of their own took 48 s to start)."""
+    written beside it. One engine for every test; the cold-start test starts another with
+    the same model and flags."""
     folder = default_model(root).with_name(BYTE_MODEL_DIR)
     return write_tiny_chat_model(folder, shape=VLLM, byte_level=True)
 

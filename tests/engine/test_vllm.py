@@ -26,7 +26,7 @@ from tests.engine.conftest import (
     Engine,
 )
 
-# The engine's start (60-90 s) counts against the timeout of the first test that asks for it.
+# The engine's start (35-50 s) counts against the timeout of the first test that asks for it.
 pytestmark = [pytest.mark.timeout(600), pytest.mark.serial]
 
 # Long enough to fill several 128-token blocks of vLLM's prefix cache (a shared prefix
