@@ -55,10 +55,11 @@ The baseline ("measuring_min")
     lowest pin seen queueing: from a limit of 256 at C = 20 it lands near 20 at once. A
     series runs at start, every `probe_interval_s` (plus up to `probe_jitter` of it), when a
     kind has traffic but no baseline, when the limit meets a cut at 2.5x the pin of its
-    baselines or more (the rise with the batch may be what holds it), and when the limit was
-    cut by 30% while the latency eased by under 10%: the engine got slower, the latency is
-    not our queue's, so the cuts are undone and the series pins at half the limit from
-    before them.
+    baselines or more (the rise with the batch may be what holds it; those baselines then
+    stand for the series' second pin, so one pin suffices when they agree), and when the
+    limit was cut by 30% while the latency eased by under 10%: the engine got slower, the
+    latency is not our queue's, so the cuts are undone and the series pins at half the
+    limit from before them.
 
 From Netflix concurrency-limits, Gradient2Limit
     (concurrency-limits-core/src/main/java/com/netflix/concurrency/limits/limit/
@@ -342,6 +343,7 @@ class GradientLimiter:
         self._measuring: _Measurement | None = None
         self._series: list[tuple[float, Medians]] = []  # (pin, medians)
         self._baseline_pin = 0.0  # the pin the baselines were measured at
+        self._below: tuple[float, Medians] | None = None  # outgrown baselines (`_outgrown`)
         self._steps: deque[float] = deque(maxlen=STEP_SAMPLES)  # streams' time per token
         self._step_s: float | None = None  # their median
         self._measure(None, self._pin(self._limit))
@@ -384,6 +386,7 @@ class GradientLimiter:
                 latency.baseline /= seconds
             latency.clear()
         self._series = []  # a halving compares medians: all of them in steps
+        self._below = None
         if self._measuring is not None:
             self._measuring.restart()
 
@@ -439,7 +442,8 @@ class GradientLimiter:
             self._limit = undo
             self._measure(None, self._pin(undo))
         elif self._limit < before and self._outgrown():
-            self._measure(None, self._pin(self._limit))
+            baselines = {k: v.baseline for k, v in self._kinds.items() if v.baseline is not None}
+            self._measure(None, self._pin(self._limit), below=(self._baseline_pin, baselines))
 
     def _outgrown(self) -> bool:
         """Whether the limit is far above the pin of its baselines (and a new pin would be
@@ -459,7 +463,14 @@ class GradientLimiter:
         pin = max(math.ceil(self._min_pin), math.floor(self._probe_fraction * limit))
         return min(float(pin), limit)
 
-    def _measure(self, now: float | None, pin: float) -> None:
+    def _measure(
+        self, now: float | None, pin: float, below: tuple[float, Medians] | None = None
+    ) -> None:
+        """Start a measurement at `pin`; `below`, the baselines the limit outgrew, stand for
+        the series' next pin down: a series needs two pins that agree, and on a slow engine
+        each pin costs seconds at half the limit or less (vLLM's CPU build under 5x: 6 s at
+        15, then 3.5 s at 7; bench/slo_goodput.py seed 225)."""
+        self._below = below
         deferred = self._measuring.deferred if self._measuring is not None else self._limit
         self._measuring = _Measurement(pin, deferred, now)
         self._measurements += 1
@@ -477,6 +488,9 @@ class GradientLimiter:
         result = measuring.medians()
         if result:
             self._series.append((measuring.pin, result))
+        below, self._below = self._below, None
+        if below is not None and result and not _halving_dropped([*self._series, below]):
+            self._series.append(below)  # they agree: no need to measure lower
         lower = self._pin(measuring.pin)
         if result and lower < measuring.pin and _halving_dropped(self._series):
             self._measure(now, lower)  # the pin may have been above the knee: halve it
