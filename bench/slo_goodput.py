@@ -117,7 +117,8 @@ mode and load; class where it says):
     limit_trace                 with `--trace`: the first gateway's limit at each /readyz
                                 poll (0.5 s) of the whole phase, with t_s, in_flight,
                                 queued, pace_per_s (the pacer's lower-class rate),
-                                latency_phase, engine_running, engine_waiting; the
+                                latency_phase, latency_cause (why a measurement
+                                began), engine_running, engine_waiting; the
                                 loads run in order (1, 0.3, 5) on the same gateways, so
                                 the rows follow the limit through two load changes
     loadgen_lag_p99_ms
@@ -774,6 +775,7 @@ def limit_trace(phase: Phase) -> list[dict[str, Any]]:
                 "queued": view.get("queued"),
                 "pace_per_s": view.get("pace_per_s"),
                 "latency_phase": latency.get("phase"),
+                "latency_cause": latency.get("cause"),
                 "engine_running": nearest.running if nearest else None,
                 "engine_waiting": nearest.waiting if nearest else None,
             }

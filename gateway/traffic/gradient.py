@@ -106,6 +106,8 @@ from typing import Literal
 
 LatencyKind = Literal["ttft", "per_token"]
 Phase = Literal["measuring_min", "probing"]
+# Why a series of baseline measurements began (module docstring, "The baseline").
+Cause = Literal["start", "interval", "no_baseline", "outgrown", "slower_engine"]
 KINDS: tuple[LatencyKind, ...] = ("ttft", "per_token")
 Medians = Mapping[LatencyKind, float]  # one measurement's result, per kind
 
@@ -160,6 +162,7 @@ class GradientSnapshot:
     kinds: Mapping[LatencyKind, KindSnapshot]  # in steps when `step_s` is set, else seconds
     measurements: int  # measurements of the baseline started so far
     step_s: float | None = None  # the engine's step time, from streams; None: none yet
+    cause: Cause | None = None  # why the series measuring now began; None while probing
 
 
 class _KindLatency:
@@ -344,9 +347,10 @@ class GradientLimiter:
         self._series: list[tuple[float, Medians]] = []  # (pin, medians)
         self._baseline_pin = 0.0  # the pin the baselines were measured at
         self._below: tuple[float, Medians] | None = None  # outgrown baselines (`_outgrown`)
+        self._cause: Cause = "start"
         self._steps: deque[float] = deque(maxlen=STEP_SAMPLES)  # streams' time per token
         self._step_s: float | None = None  # their median
-        self._measure(None, self._pin(self._limit))
+        self._measure(None, self._pin(self._limit), "start")
 
     @property
     def limit(self) -> float:
@@ -397,16 +401,18 @@ class GradientLimiter:
         if self._measuring is not None:
             self._continue_measuring(now, max(0, in_flight))
         elif now >= self._next_measurement:
-            self._measure(now, self._pin(self._limit))
+            self._measure(now, self._pin(self._limit), "interval")
         else:
             self._adjust(max(0, in_flight))
         return self.limit
 
     def snapshot(self) -> GradientSnapshot:
         kinds = {k: KindSnapshot(v.baseline, v.recent, v.count) for k, v in self._kinds.items()}
-        phase: Phase = "measuring_min" if self._measuring is not None else "probing"
+        measuring = self._measuring is not None
+        phase: Phase = "measuring_min" if measuring else "probing"
+        cause = self._cause if measuring else None
         return GradientSnapshot(
-            self.limit, phase, self._gradient, kinds, self._measurements, self._step_s
+            self.limit, phase, self._gradient, kinds, self._measurements, self._step_s, cause
         )
 
     def _adjust(self, in_flight: int) -> None:
@@ -415,7 +421,7 @@ class GradientLimiter:
             latency.fresh = False
         ratios = {k: r for k, v in self._kinds.items() if (r := v.ratio()) is not None}
         if not ratios and any(v.recent is not None for v in self._kinds.values()):
-            self._measure(None, self._pin(self._limit))  # traffic of a kind never measured
+            self._measure(None, self._pin(self._limit), "no_baseline")  # a kind never measured
         elif fresh and ratios:
             self._step(ratios, in_flight)
 
@@ -440,10 +446,11 @@ class GradientLimiter:
         if undo is not None:
             # Without it, x4 slower steps left the limit at 40% of the capacity for seconds.
             self._limit = undo
-            self._measure(None, self._pin(undo))
+            self._measure(None, self._pin(undo), "slower_engine")
         elif self._limit < before and self._outgrown():
             baselines = {k: v.baseline for k, v in self._kinds.items() if v.baseline is not None}
-            self._measure(None, self._pin(self._limit), below=(self._baseline_pin, baselines))
+            below = (self._baseline_pin, baselines)
+            self._measure(None, self._pin(self._limit), "outgrown", below)
 
     def _outgrown(self) -> bool:
         """Whether the limit is far above the pin of its baselines (and a new pin would be
@@ -464,13 +471,18 @@ class GradientLimiter:
         return min(float(pin), limit)
 
     def _measure(
-        self, now: float | None, pin: float, below: tuple[float, Medians] | None = None
+        self,
+        now: float | None,
+        pin: float,
+        cause: Cause,
+        below: tuple[float, Medians] | None = None,
     ) -> None:
-        """Start a measurement at `pin`; `below`, the baselines the limit outgrew, stand for
+        """Start a measurement at `pin`, of a series begun for `cause` (shown in snapshots:
+        a pinned limit should say why); `below`, the baselines the limit outgrew, stand for
         the series' next pin down: a series needs two pins that agree, and on a slow engine
         each pin costs seconds at half the limit or less (vLLM's CPU build under 5x: 6 s at
         15, then 3.5 s at 7; bench/slo_goodput.py seed 225)."""
-        self._below = below
+        self._below, self._cause = below, cause
         deferred = self._measuring.deferred if self._measuring is not None else self._limit
         self._measuring = _Measurement(pin, deferred, now)
         self._measurements += 1
@@ -493,7 +505,7 @@ class GradientLimiter:
             self._series.append(below)  # they agree: no need to measure lower
         lower = self._pin(measuring.pin)
         if result and lower < measuring.pin and _halving_dropped(self._series):
-            self._measure(now, lower)  # the pin may have been above the knee: halve it
+            self._measure(now, lower, self._cause)  # the pin may be above the knee: halve it
         else:
             self._accept(now, measuring.deferred)
 

@@ -177,7 +177,12 @@ def test_without_engine_metrics_latency_bounds_the_limit(
     assert set(statuses) == {200}
     late = samples[len(samples) // 2 :]
     assert max(s["limit"] for s in late) <= 3 * SEQS, [s["limit"] for s in samples]
-    assert capacity_of(gw.url)["replicas"][0]["source"] == "latency"
+    replica = capacity_of(gw.url)["replicas"][0]
+    assert replica["source"] == "latency"
+    # Why a pinned limit is pinned reaches /readyz; nothing is said while probing.
+    latency = replica["latency"]
+    measuring = latency["phase"] == "measuring_min"
+    assert (latency["cause"] is not None) == measuring, latency
 
 
 def test_priority_reaches_the_engine(gateway_factory: GatewayFactory, tmp_path: Path) -> None:

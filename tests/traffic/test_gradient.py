@@ -487,8 +487,36 @@ def test_a_limit_that_outgrows_its_baselines_costs_one_pin_to_re_measure() -> No
     for 4-27% of the time (15% on average); with the outgrown baselines, 2-6%."""
     shares = []
     for seed in range(1, 9):
-        engine = Engine(256, step_a=0.0005, step_b=0.002, kinds=(True,), seed=seed)
-        engine.prompts = MIXED_PROMPTS
+        engine = Engine(
+            256, step_a=0.0005, step_b=0.002, kinds=(True,), prompts=MIXED_PROMPTS, seed=seed
+        )
         trace = simulate(limiter(8, min_pin=4), engine, 120.0)
         shares.append(sum(phase == "measuring_min" for _, _, phase in trace) / len(trace))
     assert sum(shares) / len(shares) <= 0.06, shares
+
+
+def causes(
+    gradient: GradientLimiter, engine: Engine, until: float, changes: list[Change] | None = None
+) -> set[str]:
+    """Every `cause` a snapshot showed, looked at every 0.1 s of a simulation."""
+    seen: set[str] = set()
+    looks: list[Change] = [
+        (0.1 * i, lambda _: seen.add(str(gradient.snapshot().cause)))
+        for i in range(int(until * 10))
+    ]
+    simulate(gradient, engine, until, changes=[*(changes or []), *looks])
+    return seen
+
+
+def test_a_pinned_limit_says_why() -> None:
+    """The snapshot (and so /readyz) names the cause of the series under way, None while
+    probing: the start, the periodic one, an engine that got slower, a limit that outgrew
+    its baselines."""
+    fresh = limiter(20)
+    assert fresh.snapshot().cause == "start"
+    assert causes(fresh, Engine(), 10.0) == {"start", "None"}
+    assert "interval" in causes(limiter(4, probe_interval_s=10.0), Engine(), 30.0)
+    slower = causes(limiter(4), Engine(), 45.0, changes=[(20.0, step_time(4))])
+    assert "slower_engine" in slower
+    soft = Engine(256, step_a=0.0005, step_b=0.002, kinds=(True,), prompts=MIXED_PROMPTS)
+    assert "outgrown" in causes(limiter(8, min_pin=4), soft, 60.0)

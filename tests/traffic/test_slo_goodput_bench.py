@@ -174,11 +174,12 @@ def test_limit_figures_read_the_first_replicas_limiters_from_readyz() -> None:
 
 def test_the_limit_trace_follows_the_first_gateway_with_the_engine_nearest_in_time() -> None:
     def readyz(limit: int, phase: str) -> str:
+        cause = "outgrown" if phase == "measuring_min" else None
         view = {
             "limit": limit,
             "in_flight": 3,
             "queued": 1,
-            "replicas": [{"latency": {"phase": phase}}],
+            "replicas": [{"latency": {"phase": phase, "cause": cause}}],
         }
         return orjson.dumps({"capacity": {"gpu": view}}).decode()
 
@@ -198,9 +199,9 @@ def test_the_limit_trace_follows_the_first_gateway_with_the_engine_nearest_in_ti
     }
     phase = Phase(PhaseResult(polls=polls), [], (0.0, 2.0))
     rows = limit_trace(phase)
-    assert [(r["t_s"], r["limit"], r["latency_phase"]) for r in rows] == [
-        (0.5, 8, "measuring_min"),
-        (1.5, 12, "probing"),
+    assert [(r["t_s"], r["limit"], r["latency_phase"], r["latency_cause"]) for r in rows] == [
+        (0.5, 8, "measuring_min", "outgrown"),
+        (1.5, 12, "probing", None),
     ]
     assert [(r["engine_running"], r["engine_waiting"]) for r in rows] == [(5, 2), (11, 2)]
     assert rows[0]["in_flight"] == 3 and rows[0]["queued"] == 1
