@@ -24,7 +24,13 @@ from typing import Any, Literal
 
 import pytest
 
-from gateway.traffic.gradient import DRAIN_MAX_S, GradientLimiter, LatencyKind, Phase
+from gateway.traffic.gradient import (
+    DRAIN_MAX_S,
+    MAX_SAMPLE_AGE_S,
+    GradientLimiter,
+    LatencyKind,
+    Phase,
+)
 
 UPDATE_EVERY_S = 0.25
 BAND = (0.8, 1.3)  # the limit settles within this share of the slots
@@ -520,3 +526,33 @@ def test_a_pinned_limit_says_why() -> None:
     assert "slower_engine" in slower
     soft = Engine(256, step_a=0.0005, step_b=0.002, kinds=(True,), prompts=MIXED_PROMPTS)
     assert "outgrown" in causes(limiter(8, min_pin=4), soft, 60.0)
+
+
+def test_a_kind_without_a_baseline_re_measures_only_once_the_measured_one_is_silent() -> None:
+    """Whole answers that outlast the start's pin leave per-token latency without a
+    baseline. Reporting first after a series emptied the windows, they start no second
+    series while first tokens (measured) still come; once those have been silent for
+    MAX_SAMPLE_AGE_S, the traffic is of an unmeasured kind, and a series measures it."""
+    gradient, now = limiter(8, min_pin=4), 0.0
+    gradient.update(now, 4)
+    for _ in range(12):  # the start's measurement at 4: first tokens only
+        now += 0.1
+        gradient.observe("ttft", 0.05, now)
+    now += 0.1
+    gradient.update(now, 4)
+    kinds = gradient.snapshot().kinds
+    assert kinds["ttft"].baseline == pytest.approx(0.05) and kinds["per_token"].baseline is None
+
+    gradient.observe("ttft", 0.05, now + 0.05)  # fewer than a median's worth so far
+    for _ in range(3):
+        now += 0.05
+        gradient.observe("per_token", 0.02, now)
+    gradient.update(now + 0.01, 8)
+    assert (gradient.snapshot().phase, gradient.limit) == ("probing", 8)
+
+    now += MAX_SAMPLE_AGE_S + 0.5  # first tokens stop; whole answers go on
+    for _ in range(3):
+        now += 0.05
+        gradient.observe("per_token", 0.02, now)
+    gradient.update(now + 0.01, 8)
+    assert gradient.snapshot().cause == "no_baseline" and gradient.limit == 4
