@@ -38,6 +38,7 @@ def serve(settings: Settings, host: str, port: int, source: str = "") -> int:
         port,
         max_head_bytes=limits.max_header_bytes,
         max_connections=limits.max_connections,
+        keep_alive_s=limits.keep_alive_s,
     )
     server = FreezingServer(config)
     server.banner = serving_line(settings, host, port, source)
@@ -77,9 +78,11 @@ class FreezingServer(uvicorn.Server):
             print(self.banner, file=sys.stderr, flush=True)
 
 
-# Defaults of `limits.max_header_bytes` and `limits.max_connections` (gateway/settings.py).
+# Defaults of `limits.max_header_bytes`, `limits.max_connections` and
+# `limits.keep_alive_s` (gateway/settings.py).
 MAX_HEAD_BYTES = 64 * 1024
 MAX_CONNECTIONS = 8192
+KEEP_ALIVE_S = 75
 
 
 def uvicorn_config(
@@ -89,6 +92,7 @@ def uvicorn_config(
     *,
     max_head_bytes: int = MAX_HEAD_BYTES,
     max_connections: int = MAX_CONNECTIONS,
+    keep_alive_s: int = KEEP_ALIVE_S,
 ) -> uvicorn.Config:
     """The gateway's uvicorn settings (bench/skeleton_proxy.py serves its baseline with them)."""
     protocol = type(
@@ -103,6 +107,7 @@ def uvicorn_config(
         # uvicorn answers 503 once this many connections are open, the asking one counted:
         # one more, so that `max_connections` are served.
         limit_concurrency=max_connections + 1,
+        timeout_keep_alive=keep_alive_s,
         lifespan="on",
         access_log=False,  # the gateway writes its own access line, without secrets
         proxy_headers=False,  # client addresses are not used; skip the per-request rewrite

@@ -170,6 +170,11 @@ class Limits(Strict):
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Open client connections served at once; a request on one more is answered 503.
     max_connections: int = Field(default=8192, ge=1)
+    # How long an idle kept-alive client connection stays open. Above the idle timeouts of
+    # the proxies that pool connections to it (nginx-ingress upstreams and AWS ALB: 60 s),
+    # so that they close first: a proxy reusing a connection as the gateway closes it reads
+    # a broken one, and answers a POST with 502. 75 s is nginx's own default.
+    keep_alive_s: int = Field(default=75, ge=1)
 
 
 class ResponsesSettings(Strict):

@@ -1,0 +1,54 @@
+"""Idle client connections: kept open for `limits.keep_alive_s`, then closed by the gateway.
+
+A proxy or load balancer that pools connections to the gateway must close an idle one
+before the gateway does: one it reuses as the gateway closes it reads a broken connection
+(a client of the real-engine tests read exactly that, httpx.ReadError, when the gateway
+closed at uvicorn's 5 s and the client's own pool kept connections 5 s too)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+from bench.processes import start_gateway
+from gateway.settings import Limits
+from tests.conftest import fake_backend
+
+PROBE = b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n"
+
+
+def _answered(sock: socket.socket) -> bool:
+    """Whether a probe on this connection is answered (False: the gateway closed it)."""
+    try:
+        sock.sendall(PROBE)
+        return sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+
+
+def test_an_idle_connection_stays_open_for_keep_alive_s_then_closes(
+    fake_upstream: str, tmp_path: Path
+) -> None:
+    config = {
+        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
+        "backends": [fake_backend(fake_upstream)],
+        "cache": {"enabled": False},
+        "limits": {"keep_alive_s": 2},
+    }
+    gw = start_gateway(config, tmp_path)
+    try:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+            assert _answered(sock)
+            time.sleep(1.0)  # idle, under keep_alive_s: still open
+            assert _answered(sock)
+            time.sleep(3.0)  # idle past it: the gateway has closed it
+            assert sock.recv(65536) == b""
+    finally:
+        gw.stop()
+
+
+def test_the_default_outlasts_the_idle_timeouts_of_common_proxies() -> None:
+    # nginx-ingress keeps upstream connections 60 s, as does AWS ALB; httpx and the openai
+    # client 5 s. Each must close first.
+    assert Limits().keep_alive_s > 60
