@@ -96,7 +96,9 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """The gateway's uvicorn settings (bench/skeleton_proxy.py serves its baseline with them)."""
     protocol = type(
-        "GatewayProtocol", (HeadersDeadlineProtocol,), {"max_head_bytes": max_head_bytes}
+        "GatewayProtocol",
+        (HeadersDeadlineProtocol,),
+        {"max_head_bytes": max_head_bytes, "max_connections": max_connections},
     )
     return uvicorn.Config(
         app,
@@ -135,10 +137,12 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
     time (idle connections between requests are uvicorn's keep-alive timeout's),
     answering 431 to a request line and headers over `max_head_bytes` (as they arrive,
     before any of it reaches the app), cancelling a request whose client left before its
-    answer began (`gateway.disconnect`), and saying in the scope when a request's whole
-    body has arrived (`BODY_RECEIVED`: reading it then needs no timeout, `gateway.body`)."""
+    answer began (`gateway.disconnect`), saying in the scope when a request's whole body
+    has arrived (`BODY_RECEIVED`: reading it then needs no timeout, `gateway.body`), and
+    closing the connection idle longest when a new one would pass `max_connections`."""
 
     max_head_bytes = MAX_HEAD_BYTES
+    max_connections = MAX_CONNECTIONS
     _headers_timer: asyncio.TimerHandle | None = None
     # The request line and headers of the request being read: as parsed (httptools hands
     # a header over only once it is whole), and as received (a header that never ends).
@@ -150,6 +154,8 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            _close_longest_idle(self.connections)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -249,6 +255,20 @@ class HeadersDeadlineProtocol(HttpToolsProtocol):
     def _headers_too_slow(self) -> None:
         if not self.transport.is_closing():
             self.transport.close()
+
+
+def _close_longest_idle(connections: set[Any]) -> None:
+    """Closes the connection waiting longest for its next request, if one is, so that a
+    new client is served rather than answered 503: kept-alive connections then cost new
+    clients nothing, however long `limits.keep_alive_s` (nginx does the same). Taken out of
+    the count at once: uvicorn counts connections again when the new one's request
+    arrives, which may come before this one's close is seen."""
+    # (A connection upgraded to a WebSocket has no keep-alive timer: never idle here.)
+    idle = [c for c in connections if getattr(c, "timeout_keep_alive_task", None) is not None]
+    if idle:
+        oldest = min(idle, key=lambda c: c.timeout_keep_alive_task.when())
+        oldest.timeout_keep_alive_handler()
+        connections.discard(oldest)
 
 
 _HEAD_TOO_LARGE = (

@@ -168,7 +168,8 @@ class Limits(Strict):
     body_timeout_s: float = Field(default=30.0, gt=0)
     # Counted as they arrive, before authentication (gateway/server.py): past it, 431.
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
-    # Open client connections served at once; a request on one more is answered 503.
+    # Open client connections served at once: past it the one idle longest is closed for the
+    # new one (gateway/server.py); with none idle, a request on one more is answered 503.
     max_connections: int = Field(default=8192, ge=1)
     # How long an idle kept-alive client connection stays open. Above the idle timeouts of
     # the proxies that pool connections to it (nginx-ingress upstreams and AWS ALB: 60 s),

@@ -1,4 +1,5 @@
-"""Idle client connections: kept open for `limits.keep_alive_s`, then closed by the gateway.
+"""Idle client connections: kept open for `limits.keep_alive_s`, then closed by the gateway,
+or sooner for a new client when `limits.max_connections` are open.
 
 A proxy or load balancer that pools connections to the gateway must close an idle one
 before the gateway does: one it reuses as the gateway closes it reads a broken connection
@@ -7,6 +8,7 @@ closed at uvicorn's 5 s and the client's own pool kept connections 5 s too)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from pathlib import Path
@@ -19,10 +21,20 @@ PROBE = b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n"
 
 
 def _answered(sock: socket.socket) -> bool:
-    """Whether a probe on this connection is answered (False: the gateway closed it)."""
+    """Whether a probe on this connection is answered, read whole (False: the gateway
+    closed it)."""
     try:
         sock.sendall(PROBE)
-        return sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        answer = b""
+        while b"\r\n\r\n" not in answer and (data := sock.recv(65536)):
+            answer += data
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        while length is not None and len(body) < int(length.group(1)):
+            if not (data := sock.recv(65536)):
+                return False
+            body += data
+        return head.startswith(b"HTTP/1.1 200 ")
     except (BrokenPipeError, ConnectionResetError):
         return False
 
@@ -52,3 +64,31 @@ def test_the_default_outlasts_the_idle_timeouts_of_common_proxies() -> None:
     # nginx-ingress keeps upstream connections 60 s, as does AWS ALB; httpx and the openai
     # client 5 s. Each must close first.
     assert Limits().keep_alive_s > 60
+
+
+def test_at_the_connection_cap_the_longest_idle_connection_gives_way(
+    fake_upstream: str, tmp_path: Path
+) -> None:
+    """Idle connections, kept 75 s by default, never cost a new client a 503: at
+    `limits.max_connections` the one idle longest is closed for it (busy ones are not:
+    tests/security/test_abuse.py)."""
+    config = {
+        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
+        "backends": [fake_backend(fake_upstream)],
+        "cache": {"enabled": False},
+        "limits": {"max_connections": 3},
+    }
+    gw = start_gateway(config, tmp_path)
+    held = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(3)]
+    try:
+        for sock in held:
+            assert _answered(sock)
+            time.sleep(0.1)  # idle longest: the first
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as new:
+            assert _answered(new)
+        assert held[0].recv(65536) == b""
+        assert _answered(held[1]) and _answered(held[2])
+    finally:
+        for sock in held:
+            sock.close()
+        gw.stop()
