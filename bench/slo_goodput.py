@@ -129,7 +129,7 @@ median, and `low` and `high` over the repeats. Last, `target_met` per adaptive m
 issue's targets, on the last repeat's figures or the medians).
 
 Run:
-    python bench/slo_goodput.py --quick             # vLLM, one repeat: ~6 minutes
+    python bench/slo_goodput.py --quick             # vLLM, one repeat: 4-4.5 minutes here
     python bench/slo_goodput.py --quick --engine fake
     python bench/slo_goodput.py --repeats 3 --replicas 2 --pin on   # every mode, full
 
