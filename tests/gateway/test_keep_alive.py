@@ -8,47 +8,42 @@ closed at uvicorn's 5 s and the client's own pool kept connections 5 s too)."""
 
 from __future__ import annotations
 
-import re
 import socket
 import time
 from pathlib import Path
 
-from bench.processes import start_gateway
+from bench.processes import Gateway, start_gateway
 from gateway.settings import Limits
 from tests.conftest import fake_backend
+from tests.support.raw_http import read_answer
 
 PROBE = b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n"
 
 
 def _answered(sock: socket.socket) -> bool:
-    """Whether a probe on this connection is answered, read whole (False: the gateway
-    closed it)."""
+    """Whether a probe on this connection is answered 200 (False: the gateway closed it)."""
     try:
         sock.sendall(PROBE)
-        answer = b""
-        while b"\r\n\r\n" not in answer and (data := sock.recv(65536)):
-            answer += data
-        head, _, body = answer.partition(b"\r\n\r\n")
-        length = re.search(rb"(?i)content-length: *(\d+)", head)
-        while length is not None and len(body) < int(length.group(1)):
-            if not (data := sock.recv(65536)):
-                return False
-            body += data
-        return head.startswith(b"HTTP/1.1 200 ")
-    except (BrokenPipeError, ConnectionResetError):
+        status, _ = read_answer(sock)
+    except ConnectionError:  # reset, broken pipe, or closed
         return False
+    return status.startswith(b"HTTP/1.1 200 ")
+
+
+def _gateway(fake_upstream: str, tmp_path: Path, limits: dict[str, int]) -> Gateway:
+    config = {
+        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
+        "backends": [fake_backend(fake_upstream)],
+        "cache": {"enabled": False},
+        "limits": limits,
+    }
+    return start_gateway(config, tmp_path)
 
 
 def test_an_idle_connection_stays_open_for_keep_alive_s_then_closes(
     fake_upstream: str, tmp_path: Path
 ) -> None:
-    config = {
-        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
-        "backends": [fake_backend(fake_upstream)],
-        "cache": {"enabled": False},
-        "limits": {"keep_alive_s": 2},
-    }
-    gw = start_gateway(config, tmp_path)
+    gw = _gateway(fake_upstream, tmp_path, {"keep_alive_s": 2})
     try:
         with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
             assert _answered(sock)
@@ -72,13 +67,7 @@ def test_at_the_connection_cap_the_longest_idle_connection_gives_way(
     """Idle connections, kept 75 s by default, never cost a new client a 503: at
     `limits.max_connections` the one idle longest is closed for it (busy ones are not:
     tests/security/test_abuse.py)."""
-    config = {
-        "state": {"url": "memory", "path": str(tmp_path / "state.json")},
-        "backends": [fake_backend(fake_upstream)],
-        "cache": {"enabled": False},
-        "limits": {"max_connections": 3},
-    }
-    gw = start_gateway(config, tmp_path)
+    gw = _gateway(fake_upstream, tmp_path, {"max_connections": 3})
     held = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(3)]
     try:
         for sock in held:

@@ -41,6 +41,7 @@ from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.keys import GUESSED_DIGESTS, create_key
 from gateway.tenancy.state import FileStateStore
 from tests.conftest import fake_backend, hash_of
+from tests.support.raw_http import read_answer
 
 KEY = "sk-test-abuse-tenant-0123456789abcdef"
 ADMIN_KEY = "sk-test-abuse-admin-0123456789abcdef"
@@ -255,26 +256,9 @@ def test_a_large_body_never_counts_against_the_header_limit(gateway: Gateway) ->
             sock.sendall(head)
             time.sleep(0.2)  # the head is read on its own
             sock.sendall(body)
-            status, payload = _read_answer(sock)
+            status, payload = read_answer(sock)
             assert status == b"HTTP/1.1 200 OK", payload[:300]
             assert orjson.loads(payload)["object"] == "chat.completion"
-
-
-def _read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
-    """The status line and body of one answer with a content-length, read from `sock`."""
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        data = sock.recv(65536)
-        assert data, f"connection closed after {answer[:200]!r}"
-        answer += data
-    head, _, body = answer.partition(b"\r\n\r\n")
-    length = re.search(rb"(?i)content-length: *(\d+)", head)
-    assert length is not None, head
-    while len(body) < int(length.group(1)):
-        data = sock.recv(65536)
-        assert data, "connection closed mid-answer"
-        body += data
-    return head.split(b"\r\n", 1)[0], body
 
 
 def test_connections_past_the_cap_get_503(
