@@ -891,6 +891,7 @@ class Bench:
         if pin:
             os.sched_setaffinity(0, set(cpus[1:]))
         self.loadgen = LoadGenerator().start()
+        progress("the engine and the load generator are up")
 
     def stop(self) -> None:
         for replicas in self.gateways.values():
@@ -951,6 +952,7 @@ class Bench:
         emit(run, "unloaded_tpot_p99_ms", tpot, "ms", samples=len(phase.tpots()))
         if not ttft > 0 or not tpot > 0:
             raise RuntimeError(f"the unloaded phase measured nothing: {phase.result.records[:3]}")
+        progress(f"seed {seed}, unloaded: TTFT p99 {ttft:.1f} ms, TPOT p99 {tpot:.1f} ms")
         return Objective(SLO_FACTOR * ttft, SLO_FACTOR * tpot)
 
     def first_tokens(self, seed: int, seconds: float) -> list[float]:
@@ -977,6 +979,7 @@ class Bench:
             seconds, seed = self.plan.bound_s, self.run.seed
             self.bound = measured_bound_rps(self.engine, self.bodies, seconds, seed)
             emit(self.run, "bound_rps", self.bound, "req/s", clients=64)
+            progress(f"load 1 measured: {self.bound:.1f} req/s")
         else:
             self.bound = self.bound_rps
             emit(self.run, "bound_rps", self.bound, "req/s", given=True)
