@@ -133,7 +133,11 @@ async def _serve() -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=256 * 2**20)  # a phase may carry every body
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+    # Idle connections closed after 4 s, before any server here closes them (vLLM's and the
+    # gateway's uvicorn: 5 s and 75 s): one reused as its server closed it would fail a
+    # request with ServerDisconnectedError, counted against whichever mode it hit
+    # (tests/engine/test_vllm.py's client met exactly that in CI, 2026-12-07).
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4)
     async with aiohttp.ClientSession(
         connector=connector,
         # Closed rounds' requests; open phases' requests, actions and polls set their own.
