@@ -21,6 +21,7 @@ class HttpTimeouts:
     connect_s: float
     read_s: float
     total_s: float | None
+    idle_s: float = 4.0  # pooled connections idle longer are closed (`timeouts.idle_s`)
 
 
 class UpstreamResponse:
@@ -82,7 +83,9 @@ class HttpUpstream:
     def open(self) -> None:
         """Creates the pooled session (needs a running event loop; does not wait)."""
         connector = aiohttp.TCPConnector(
-            limit=self._max_connections, limit_per_host=0, keepalive_timeout=30
+            limit=self._max_connections,
+            limit_per_host=0,
+            keepalive_timeout=self._timeouts.idle_s,
         )
         timeout = aiohttp.ClientTimeout(
             total=self._timeouts.total_s,

@@ -18,6 +18,11 @@ class Timeouts(Strict):
     # Time to the first byte of the answer, and then between two reads of a stream.
     read_s: float = Field(default=300.0, gt=0)
     total_s: float | None = Field(default=None, gt=0)
+    # A pooled connection idle this long is closed by the gateway. Under the server's own
+    # keep-alive (uvicorn's, so vLLM's and SGLang's: 5 s), so that the gateway closes
+    # first: a connection reused just as the server closes it fails the request, which
+    # then costs a retry (backends/http.py).
+    idle_s: float = Field(default=4.0, gt=0)
 
 
 class Launch(Strict):

@@ -354,7 +354,7 @@ def _upstream(backend: Backend, base_url: str) -> HttpUpstream:
     return HttpUpstream(
         base_url,
         backend.api_key.get_secret_value() if backend.api_key else None,
-        HttpTimeouts(t.connect_s, t.read_s, t.total_s),
+        HttpTimeouts(t.connect_s, t.read_s, t.total_s, t.idle_s),
         backend.max_concurrency,
     )
 

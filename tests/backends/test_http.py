@@ -1,5 +1,6 @@
 """HttpUpstream.fetch against real aiohttp servers on loopback ports: body, status, timeout,
-refused connection, one pooled connection, and the API key kept to the upstream's origin."""
+refused connection, one pooled connection (closed once idle past `idle_s`), and the API key
+kept to the upstream's origin."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from aiohttp import web
 
 from backends.errors import UpstreamConnectError, UpstreamTimeoutError
 from bench.processes import free_port
+from gateway.backend_settings import Timeouts
 from tests.support.aiohttp_server import opened, served
 
 BIG = b"x" * 200_000 + b"\n"  # larger than one socket read: the body must come whole
@@ -58,6 +60,24 @@ async def test_a_path_is_under_the_base_url_and_the_connection_is_pooled() -> No
         assert first[0] == second[0] == 200
         # /v1/who answered the first: one connection, the same client port, for both
         assert first[1].split()[0] == second[1].split()[0]
+
+
+async def test_a_connection_idle_past_idle_s_is_not_reused() -> None:
+    """The gateway closes a pooled connection before the server would (`timeouts.idle_s`):
+    one reused as the server closes it fails its request."""
+    async with server() as root, opened(root, idle_s=0.3) as upstream:
+        first = (await upstream.fetch("/who", 5.0))[1].split()[0]
+        await asyncio.sleep(0.1)
+        second = (await upstream.fetch("/who", 5.0))[1].split()[0]
+        await asyncio.sleep(0.6)
+        third = (await upstream.fetch("/who", 5.0))[1].split()[0]
+    assert first == second  # idle under idle_s: the same connection
+    assert third != second  # idle past it: a new one
+
+
+def test_the_default_idle_time_is_under_uvicorns_keep_alive() -> None:
+    # vLLM and SGLang serve with uvicorn, whose idle connections close at 5 s.
+    assert Timeouts().idle_s < 5
 
 
 async def test_a_fetch_past_its_timeout_raises_the_upstreams_timeout_error() -> None:

@@ -24,9 +24,12 @@ async def served(app: web.Application, path: str = "") -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def opened(base_url: str, api_key: str | None = None) -> AsyncIterator[HttpUpstream]:
-    """An open HttpUpstream on `base_url` (1 s to connect, 30 s to read, 4 connections)."""
-    upstream = HttpUpstream(base_url, api_key, HttpTimeouts(1.0, 30.0, None), 4)
+async def opened(
+    base_url: str, api_key: str | None = None, idle_s: float = 4.0
+) -> AsyncIterator[HttpUpstream]:
+    """An open HttpUpstream on `base_url` (1 s to connect, 30 s to read, connections kept
+    `idle_s` when idle, 4 connections)."""
+    upstream = HttpUpstream(base_url, api_key, HttpTimeouts(1.0, 30.0, None, idle_s), 4)
     upstream.open()
     try:
         yield upstream
