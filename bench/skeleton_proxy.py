@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import uvicorn
 
+from backends.http import HttpTimeouts
 from bench.asgi import read_body, send_json
 from gateway.server import uvicorn_config
 
@@ -57,7 +58,9 @@ class Skeleton:
 
     async def lifespan(self, receive: Any, send: Any) -> None:
         while (await receive())["type"] != "lifespan.shutdown":  # startup
-            connector = aiohttp.TCPConnector(limit=256, limit_per_host=0, keepalive_timeout=30)
+            connector = aiohttp.TCPConnector(
+                limit=256, limit_per_host=0, keepalive_timeout=HttpTimeouts.idle_s
+            )
             self.session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=300.0),
