@@ -169,9 +169,10 @@ async def test_an_interactive_request_overtakes_batch_requests_queued_in_the_eng
     requests that do wait; a round where none did cannot test it)."""
     seen: list[tuple[float, float]] = []
     # A new connection per request: a round takes about 10 s, so a connection kept from the
-    # last one has idled past the gateway's 5 s keep-alive (uvicorn's default), and one
-    # reused as the server closed it read a broken connection (httpx.ReadError, CI of
-    # 2026-12-07). The claim is about the engine's order, not about connection reuse.
+    # last one has idled for seconds, and one reused as the gateway closed it read a broken
+    # connection (httpx.ReadError, CI of 2026-12-07, when the gateway closed idle ones at
+    # uvicorn's 5 s; now `limits.keep_alive_s`, 75 s). The claim is about the engine's
+    # order, not about connection reuse.
     fresh = httpx.Limits(max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=vllm_gateway.base_url, timeout=120, limits=fresh) as http:
         for _ in range(ATTEMPTS):
