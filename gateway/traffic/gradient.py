@@ -209,8 +209,9 @@ class _KindLatency:
 class _Measurement:
     """One baseline measurement at a pinned limit (Envoy's minRTT window)."""
 
-    def __init__(self, pin: float, deferred: float, started_at: float | None) -> None:
+    def __init__(self, pin: float, deferred: float, started_at: float | None, cause: Cause) -> None:
         self.pin = pin
+        self.cause = cause  # why its series began
         self.deferred = deferred  # the limit to restore
         self.started_at = started_at
         self.drained_at: float | None = None
@@ -350,7 +351,6 @@ class GradientLimiter:
         self._series: list[tuple[float, Medians]] = []  # (pin, medians)
         self._baseline_pin = 0.0  # the pin the baselines were measured at
         self._below: tuple[float, Medians] | None = None  # outgrown baselines (`_outgrown`)
-        self._cause: Cause = "start"
         self._steps: deque[float] = deque(maxlen=STEP_SAMPLES)  # streams' time per token
         self._step_s: float | None = None  # their median
         self._measure(None, self._pin(self._limit), "start")
@@ -411,9 +411,9 @@ class GradientLimiter:
 
     def snapshot(self) -> GradientSnapshot:
         kinds = {k: KindSnapshot(v.baseline, v.recent, v.count) for k, v in self._kinds.items()}
-        measuring = self._measuring is not None
-        phase: Phase = "measuring_min" if measuring else "probing"
-        cause = self._cause if measuring else None
+        measuring = self._measuring
+        phase: Phase = "measuring_min" if measuring is not None else "probing"
+        cause = measuring.cause if measuring is not None else None
         return GradientSnapshot(
             self.limit, phase, self._gradient, kinds, self._measurements, self._step_s, cause
         )
@@ -499,9 +499,9 @@ class GradientLimiter:
         the series' next pin down: a series needs two pins that agree, and on a slow engine
         each pin costs seconds at half the limit or less (vLLM's CPU build under 5x: 6 s at
         15, then 3.5 s at 7; bench/slo_goodput.py seed 225)."""
-        self._below, self._cause = below, cause
+        self._below = below
         deferred = self._measuring.deferred if self._measuring is not None else self._limit
-        self._measuring = _Measurement(pin, deferred, now)
+        self._measuring = _Measurement(pin, deferred, now, cause)
         self._measurements += 1
         self._uncut = 0
         self._watch.reset()
@@ -522,7 +522,7 @@ class GradientLimiter:
             self._series.append(below)  # they agree: no need to measure lower
         lower = self._pin(measuring.pin)
         if result and lower < measuring.pin and _halving_dropped(self._series):
-            self._measure(now, lower, self._cause)  # the pin may be above the knee: halve it
+            self._measure(now, lower, measuring.cause)  # the pin may be above the knee: halve it
         else:
             self._accept(now, measuring.deferred)
 
