@@ -25,7 +25,7 @@ async def served(app: web.Application, path: str = "") -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def opened(
-    base_url: str, api_key: str | None = None, idle_s: float = 4.0
+    base_url: str, api_key: str | None = None, idle_s: float = HttpTimeouts.idle_s
 ) -> AsyncIterator[HttpUpstream]:
     """An open HttpUpstream on `base_url` (1 s to connect, 30 s to read, connections kept
     `idle_s` when idle, 4 connections)."""
