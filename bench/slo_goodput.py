@@ -30,9 +30,9 @@ Set-up, all real processes on loopback:
   aborts the request in the engine.
 
 The objective (SLO) per class, from the bare engine unloaded, measured for each seed
-right before its phases: time to
-first token from interactive prompts sent one at a time with `max_tokens` 1 (hundreds of
-them), time per output token from interactive streams at 4% of load 1:
+right before its phases, on interactive prompts streamed straight to it one at a time
+(`unloaded_s` each, quick 7 s, full 30 s): time to first token from answers of one token
+(hundreds of them), time per output token from answers of TPOT_MIN_TOKENS (64):
     interactive  answered in full within its deadline, time to first token within 2x the
                  unloaded p99, and for streams of at least 64 tokens time per output token
                  ((latency - first token) / (tokens - 1)) within 2x the unloaded p99
@@ -52,8 +52,9 @@ Modes, one gateway each (replicas: `--replicas`, requests split evenly), backend
 For each repeat (seed, seed+1, ...): bare at every load, then each mode at every load
 (1 first), the modes in an order shuffled by the seed (`mode_order`), its gateways
 started for them and stopped after, the engine and gateways left to go idle between
-phases. Each phase measures the requests sent in its last `window_s` (quick 8 s, full
-30 s), after 2 s (quick) or 5 s of arrivals at loads up to 1, and overloaded after 18 s,
+phases. Each phase measures the requests sent in its last `window_s` (quick 7 s, full
+30 s), after 5 s of arrivals at loads up to 1 (quick: 2 s at load 1, 1 s below), and
+overloaded after 18 s,
 when the clients that give up last have given up: until then the bare engine's queue
 still grows, and an earlier window shows it answering batch requests in time that it
 cannot answer in steady state.
@@ -74,9 +75,9 @@ generator, this script) on the others, so that the gateway's CPU does not slow t
 Metrics (JSON lines; every line has bench, seed, engine, replicas, pinned, and per phase
 mode and load; class where it says):
     bound_rps, unloaded_ttft_p99_ms, unloaded_tpot_p99_ms   the references
-    unloaded_stream_ttft_p99_ms the unloaded streams' own time to first token p99, for
-                                comparison (the reference before 2026-12-06: a few dozen
-                                samples at most)
+    unloaded_stream_ttft_p99_ms the unloaded 64-token streams' own time to first token
+                                p99, for comparison (the reference before 2026-12-06: a
+                                few dozen samples at most)
     fixed_limit
     slo_goodput_rps             all, and by class
     slo_goodput_ratio_vs_bare   all, and by class (gateway modes)
@@ -129,7 +130,7 @@ median, and `low` and `high` over the repeats. Last, `target_met` per adaptive m
 issue's targets, on the last repeat's figures or the medians).
 
 Run:
-    python bench/slo_goodput.py --quick             # vLLM, one repeat: 4-4.5 minutes here
+    python bench/slo_goodput.py --quick             # vLLM, one repeat: 3m50-4m here
     python bench/slo_goodput.py --quick --engine fake
     python bench/slo_goodput.py --repeats 3 --replicas 2 --pin on   # every mode, full
 
@@ -188,6 +189,7 @@ from bench.loadgen import (  # noqa: E402
     PhaseSpec,
     Poll,
     Record,
+    RoundResult,
     RoundSpec,
     StreamSpec,
 )
@@ -210,13 +212,14 @@ CHAT_PATH = "/v1/chat/completions"
 DEADLINES = {"interactive": (5.0, 6.0), "batch": (15.0, 18.0)}
 SLO_FACTOR = 2.0  # the objective: within this many times the unloaded p99
 TPOT_MIN_TOKENS = 64  # time per output token is judged on streams at least this long
-UNLOADED_LOAD = 0.04  # the unloaded reference's rate, of load 1 (interactive only)
-# The unloaded time to first token is measured on interactive prompts sent one at a time
-# with max_tokens 1, for this share of the unloaded phase's seconds (hundreds of samples).
-# Taken from that phase's streams alone (18 in a quick run) its p99 was their slowest
-# one's, and it moved by a third between two runs of one seed: 52.8 and 70.6 ms
-# (2026-12-06), and with it every ratio to it.
-FIRST_TOKEN_SHARE = 0.5
+# The unloaded references come from prompts of the interactive mix sent straight to the
+# engine one at a time, never two together: time to first token from answers of one
+# token (hundreds of samples; taken from a few dozen streams instead, its p99 was their
+# slowest one's and moved by a third between two runs of a seed: 52.8 and 70.6 ms,
+# 2026-12-06), time per output token from streams of TPOT_MIN_TOKENS tokens. Until
+# 2026-12-07 the streams came at 4% of load 1, open loop, and now and then two ran
+# together, half of them under 64 tokens: one at a time the reference is truly unloaded,
+# and quick seed 301 had 14 samples in 7 s where the open loop had given 7 in 20 s.
 MODES = ("bare", "fixed", "adaptive-metrics", "adaptive-latency", "uncontrolled")
 ADAPTIVE = ("adaptive-metrics", "adaptive-latency")
 # `--ablate C`: the mode again with controller C off (traffic.controllers_off), "MODE-no-C".
@@ -255,8 +258,9 @@ MIX = {
 class Plan:
     quick: bool
     window_s: float  # the measured window: requests sent in it count
-    warm_s: float  # arrivals before the window, at loads up to 1
-    unloaded_s: float
+    warm_s: float  # arrivals before the window, at load 1
+    light_warm_s: float  # the same below load 1, where the engine settles at once
+    unloaded_s: float  # each of the two unloaded references (first token, per token)
     bound_s: float
     loads: tuple[float, ...]  # must hold 1: `fixed` takes its limit from bare's load-1 phase
 
@@ -264,14 +268,30 @@ class Plan:
         """Arrivals before the window. Overloaded, until the clients that give up last
         have given up: before that the bare engine's queue still grows, and a window that
         ends earlier shows it answering batch requests it cannot answer in steady state."""
-        if load <= 1.0:
+        if load < 1.0:
+            return self.light_warm_s
+        if load == 1.0:
             return self.warm_s
         return max(client_s for _, client_s in DEADLINES.values())
 
 
-QUICK = Plan(True, window_s=8.0, warm_s=2.0, unloaded_s=20.0, bound_s=6.0, loads=(1.0, 0.3, 5.0))
+QUICK = Plan(
+    True,
+    window_s=7.0,
+    warm_s=2.0,
+    light_warm_s=1.0,
+    unloaded_s=7.0,
+    bound_s=6.0,
+    loads=(1.0, 0.3, 5.0),
+)
 FULL = Plan(
-    False, window_s=30.0, warm_s=5.0, unloaded_s=60.0, bound_s=10.0, loads=(1.0, 0.3, 0.5, 5.0)
+    False,
+    window_s=30.0,
+    warm_s=5.0,
+    light_warm_s=5.0,
+    unloaded_s=30.0,
+    bound_s=10.0,
+    loads=(1.0, 0.3, 0.5, 5.0),
 )
 
 
@@ -351,17 +371,18 @@ class Bodies:
         return orjson.dumps(fields).decode()
 
     def variants(
-        self, tenant: str, count: int, seed: int, direct: bool, long_output: bool = False
+        self, tenant: str, count: int, seed: int, direct: bool, max_tokens: int | None = None
     ) -> list[str]:
         """`count` bodies for a tenant, the same for every mode at a seed (`direct` only
-        adds the priority). `long_output`: every other one writes at least TPOT_MIN_TOKENS,
-        so that the unloaded reference has time-per-token samples too."""
-        rng = random.Random(f"{seed}/{tenant}/{long_output}")
+        adds the priority). `max_tokens`: every one writes exactly that many tokens (the
+        unloaded references), from prompts of their own."""
+        # The phases' key is the one every printed seed was run with, so that they replay.
+        key = "False" if max_tokens is None else f"max{max_tokens}"
+        rng = random.Random(f"{seed}/{tenant}/{key}")
         bodies = []
-        for n in range(count):
+        for _ in range(count):
             prompt, output = MIX[CLASS_OF[tenant]].draw(rng)
-            if long_output and n % 2:
-                output = max(output, TPOT_MIN_TOKENS)
+            output = output if max_tokens is None else max_tokens
             bodies.append(self.body(tenant, (prompt, output), direct, rng))
         return bodies
 
@@ -372,7 +393,6 @@ def streams(
     duration_s: float,
     seed: int,
     direct: bool,
-    long_output: bool = False,
     send_deadlines: bool = True,
 ) -> list[StreamSpec]:
     """The phase's streams; `send_deadlines` False: no client says when it gives up."""
@@ -391,7 +411,7 @@ def streams(
                 CLASS_OF[tenant] == "interactive",
                 header_s if send_deadlines and not direct else None,
                 client_s,
-                variants=bodies.variants(tenant, count, seed, direct, long_output),
+                variants=bodies.variants(tenant, count, seed, direct),
             )
         )
     return result
@@ -552,6 +572,13 @@ class Objective:
 
 def tpot_ms(record: Record) -> float:
     return (record[3] - record[2]) / (record[7] - 1) if record[7] > 1 else float("nan")
+
+
+def per_token_ms(result: RoundResult, tokens: int) -> list[float]:
+    """Time per output token of each stream of a closed round whose answers all wrote
+    `tokens` tokens: as `tpot_ms` reads a record."""
+    pairs = zip(result.latencies_ms, result.first_byte_ms, strict=True)
+    return [(total - first) / (tokens - 1) for total, first in pairs]
 
 
 def answered(record: Record) -> bool:
@@ -910,14 +937,13 @@ class Bench:
         rates: dict[str, float],
         duration_s: float,
         window_s: float,
-        long_output: bool = False,
     ) -> Phase:
         assert self.engine is not None and self.loadgen is not None
         direct = mode == "bare"
         replicas = self.gateways.get(mode, [])
         urls = [self.engine.url + CHAT_PATH] if direct else [g.url + CHAT_PATH for g in replicas]
         send = self.run.deadlines == "sent"
-        specs = streams(self.bodies, rates, duration_s, seed, direct, long_output, send)
+        specs = streams(self.bodies, rates, duration_s, seed, direct, send)
         client_s = max(DEADLINES[CLASS_OF[s.tenant]][1] for s in specs)
         polls = [Poll("engine", self.engine.url + "/metrics", 0.5, 0.0, duration_s)]
         polls += [
@@ -940,38 +966,33 @@ class Bench:
         return Phase(result, [s.tenant for s in specs], (duration_s - window_s, duration_s))
 
     def objective(self, run: Run) -> Objective:
-        seed = run.seed
-        rates = {"interactive": UNLOADED_LOAD * self.bound}
-        seconds = self.plan.unloaded_s
-        phase = self.phase("bare", UNLOADED_LOAD, seed, rates, seconds, seconds - 1.0, True)
-        streamed = percentile(phase.ttfts(), 99)
-        emit(run, "unloaded_stream_ttft_p99_ms", streamed, "ms", samples=len(phase.ttfts()))
-        firsts = self.first_tokens(seed, FIRST_TOKEN_SHARE * seconds)
-        ttft, tpot = percentile(firsts, 99), percentile(phase.tpots(), 99)
+        seed, seconds = run.seed, self.plan.unloaded_s
+        firsts = self.one_at_a_time(seed, seconds, 1).first_byte_ms
+        streams = self.one_at_a_time(seed, seconds, TPOT_MIN_TOKENS)
+        per_token = per_token_ms(streams, TPOT_MIN_TOKENS)
+        streamed = percentile(streams.first_byte_ms, 99)
+        emit(run, "unloaded_stream_ttft_p99_ms", streamed, "ms", samples=len(per_token))
+        ttft, tpot = percentile(firsts, 99), percentile(per_token, 99)
         emit(run, "unloaded_ttft_p99_ms", ttft, "ms", samples=len(firsts))
-        emit(run, "unloaded_tpot_p99_ms", tpot, "ms", samples=len(phase.tpots()))
+        emit(run, "unloaded_tpot_p99_ms", tpot, "ms", samples=len(per_token))
         if not ttft > 0 or not tpot > 0:
-            raise RuntimeError(f"the unloaded phase measured nothing: {phase.result.records[:3]}")
+            raise RuntimeError("the unloaded references measured nothing")
         progress(f"seed {seed}, unloaded: TTFT p99 {ttft:.1f} ms, TPOT p99 {tpot:.1f} ms")
         return Objective(SLO_FACTOR * ttft, SLO_FACTOR * tpot)
 
-    def first_tokens(self, seed: int, seconds: float) -> list[float]:
-        """Times to first token (ms) of interactive prompts sent straight to the engine
-        one at a time, each answering one token: the unloaded reference (FIRST_TOKEN_SHARE)."""
+    def one_at_a_time(self, seed: int, seconds: float, max_tokens: int) -> RoundResult:
+        """Interactive prompts streamed straight to the engine one at a time for `seconds`,
+        each answering `max_tokens` tokens: an unloaded reference."""
         assert self.engine is not None and self.loadgen is not None
-        bodies = []
-        for body in self.bodies.variants("interactive", 256, seed, direct=True):
-            fields = orjson.loads(body)
-            fields["max_tokens"] = 1
-            bodies.append(orjson.dumps(fields).decode())
+        bodies = self.bodies.variants("interactive", 256, seed, True, max_tokens)
         url = self.engine.url + CHAT_PATH
         headers = {"content-type": "application/json"}
         self.engine.forget_prompts()
         result = self.loadgen.closed(RoundSpec(url, headers, bodies, 1, seconds, stream=True))
         self.engine.wait_idle()
         if result.errors:
-            raise RuntimeError(f"the first-token reference failed: {result.first_error}")
-        return result.first_byte_ms
+            raise RuntimeError(f"an unloaded reference failed: {result.first_error}")
+        return result
 
     def measure(self, repeats: int) -> None:
         assert self.engine is not None

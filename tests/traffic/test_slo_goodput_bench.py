@@ -8,10 +8,13 @@ import statistics
 
 import orjson
 
-from bench.loadgen import PhaseResult, PhaseSpec, Record, StreamSpec
+from bench.loadgen import PhaseResult, PhaseSpec, Record, RoundResult, StreamSpec
 from bench.loadgen_open import _plan
 from bench.slo_goodput import (
+    DEADLINES,
+    FULL,
     MIX,
+    QUICK,
     TPOT_MIN_TOKENS,
     Bodies,
     Objective,
@@ -22,6 +25,7 @@ from bench.slo_goodput import (
     load_figures,
     meets,
     offered,
+    per_token_ms,
     prefix_hit_rate,
     streams,
     versus_bare,
@@ -59,11 +63,25 @@ def test_bodies_are_the_same_for_every_mode_but_the_priority() -> None:
     assert other != via
 
 
-def test_the_unloaded_reference_has_long_streams_every_other_request() -> None:
-    bodies = Bodies("fake")
-    long_ = [orjson.loads(b) for b in bodies.variants("interactive", 20, 1, False, True)]
-    assert all(b["max_tokens"] >= TPOT_MIN_TOKENS for b in long_[1::2])
+def test_the_unloaded_references_write_exactly_their_tokens_from_prompts_of_their_own() -> None:
+    bodies = Bodies("vllm")
+    phase = [orjson.loads(b) for b in bodies.variants("interactive", 20, 1, True)]
+    long_ = [orjson.loads(b) for b in bodies.variants("interactive", 20, 1, True, TPOT_MIN_TOKENS)]
+    assert all(b["max_tokens"] == TPOT_MIN_TOKENS and b["ignore_eos"] for b in long_)
     assert all(b["stream"] for b in long_)
+    assert len({b["max_tokens"] for b in phase}) > 1  # the phases keep the mix's lengths
+    prompts = {b["messages"][0]["content"] for b in phase}
+    assert prompts.isdisjoint(b["messages"][0]["content"] for b in long_)
+
+
+def test_the_per_token_reference_spreads_a_streams_time_after_its_first_token() -> None:
+    result = RoundResult(2, 0, None, 7.0, [520.0, 660.0], 0.1, first_byte_ms=[16.0, 30.0])
+    assert per_token_ms(result, 64) == [8.0, 10.0]
+
+
+def test_below_load_1_the_warm_up_is_shorter_and_overloaded_it_outlasts_every_client() -> None:
+    assert QUICK.warm_up_s(0.3) < QUICK.warm_up_s(1.0) < QUICK.warm_up_s(5.0)
+    assert FULL.warm_up_s(5.0) == max(client_s for _, client_s in DEADLINES.values())
 
 
 def test_an_answer_meets_its_class_objective() -> None:
