@@ -54,10 +54,9 @@ For each repeat (seed, seed+1, ...): bare at every load, then each mode at every
 started for them and stopped after, the engine and gateways left to go idle between
 phases. Each phase measures the requests sent in its last `window_s` (quick 7 s, full
 30 s), after 5 s of arrivals at loads up to 1 (quick: 2 s at load 1, 1 s below), and
-overloaded after 18 s,
-when the clients that give up last have given up: until then the bare engine's queue
-still grows, and an earlier window shows it answering batch requests in time that it
-cannot answer in steady state.
+overloaded after 18 s, when the clients that give up last have given up: until then the
+bare engine's queue still grows, and an earlier window shows it answering batch requests
+in time that it cannot answer in steady state.
 
 `--ablate pacing,prefill_gate,...` adds each adaptive mode again with one traffic-core
 controller off (the gateway's `traffic.controllers_off`), as mode `adaptive-metrics-no-pacing`
@@ -970,9 +969,9 @@ class Bench:
     def objective(self, run: Run) -> Objective:
         seed, seconds = run.seed, self.plan.unloaded_s
         firsts = self.one_at_a_time(seed, seconds, 1).first_byte_ms
-        streams = self.one_at_a_time(seed, seconds, TPOT_MIN_TOKENS)
-        per_token = per_token_ms(streams, TPOT_MIN_TOKENS)
-        streamed = percentile(streams.first_byte_ms, 99)
+        long_ = self.one_at_a_time(seed, seconds, TPOT_MIN_TOKENS)
+        per_token = per_token_ms(long_, TPOT_MIN_TOKENS)
+        streamed = percentile(long_.first_byte_ms, 99)
         emit(run, "unloaded_stream_ttft_p99_ms", streamed, "ms", samples=len(per_token))
         ttft, tpot = percentile(firsts, 99), percentile(per_token, 99)
         emit(run, "unloaded_ttft_p99_ms", ttft, "ms", samples=len(firsts))
