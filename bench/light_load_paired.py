@@ -19,7 +19,7 @@ offers `load` of it, Poisson, for `warm_s` + `window_s` (quick 3 + 40 s at 0.3, 
 stream's n-th arrival goes to the gateway for even n and to the engine for odd n
 (`PhaseSpec.urls`). Both halves send the same bodies, with the `priority` the gateway's
 `engine: vllm` mode would set (bench/slo_goodput.py's bare mode does the same), and no
-deadline header: at light load nothing waits. Target `aa` sends both halves straight to
+deadline header: at light load almost nothing waits. Target `aa` sends both halves straight to
 the engine: the noise floor of the comparison, measured in the same run.
 
 For each repeat (seed, seed+1, ...), load and target (`aa` first, then the modes in
@@ -36,7 +36,7 @@ low and high.
 
 Run:
     python bench/light_load_paired.py --quick --pin on     # vLLM: about 3 minutes here
-    python bench/light_load_paired.py --repeats 3 --pin on # loads 0.3 and 0.5, 90 s each
+    python bench/light_load_paired.py --pin on    # 3 seeds, 0.3 and 0.5, 90 s: 30 minutes
 
 Exits 0 once the figures are printed; non-zero only when it could not measure.
 """
