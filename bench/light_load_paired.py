@@ -49,7 +49,7 @@ import secrets
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,6 @@ from bench.slo_goodput import (  # noqa: E402
     QUICK,
     Bench,
     Run,
-    measured_bound_rps,
     offered,
     streams,
 )
@@ -155,12 +154,9 @@ class Paired:
         first = engine if target == A_A else bench.gateways[target][0].url + CHAT_PATH
         rates = {t: r * bench.bound for t, r in offered(load).items()}
         duration = self.plan.warm_s + self.plan.window_s
-        specs = [
-            StreamSpec(
-                s.tenant, KEYS[s.tenant], s.rate, "", s.stream, None, s.client_timeout_s, s.variants
-            )
-            for s in streams(bench.bodies, rates, duration, seed, direct=True)
-        ]
+        # Bodies as the bare engine gets them (no deadline header), with the tenant's key.
+        bare = streams(bench.bodies, rates, duration, seed, direct=True)
+        specs = [replace(s, key=KEYS[s.tenant]) for s in bare]
         spec = PhaseSpec(
             url=first,
             duration_s=duration,
@@ -234,14 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(slo_plan, args.engine, Path(folder), run, modes, args.bound_rps)
         try:
             bench.start(args.pin == "on")
-            assert bench.engine is not None
-            if args.bound_rps is None:
-                bench.bound = measured_bound_rps(bench.engine, bench.bodies, slo_plan.bound_s, seed)
-            else:
-                bench.bound = args.bound_rps
-            emit("bound_rps", bench.bound, "req/s", seed=seed, engine=engine_name)
-            progress(f"load 1: {bench.bound:.1f} req/s")
-            bench.engine.wait_idle()
+            source = bench.find_bound()
+            emit("bound_rps", bench.bound, "req/s", seed=seed, engine=engine_name, **source)
             ratios = Paired(bench, plan, run).measure(modes, repeats)
         finally:
             bench.stop()

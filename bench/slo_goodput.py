@@ -995,17 +995,24 @@ class Bench:
             raise RuntimeError(f"an unloaded reference failed: {result.first_error}")
         return result
 
-    def measure(self, repeats: int) -> None:
+    def find_bound(self) -> dict[str, Any]:
+        """Load 1 (`self.bound`): measured, or given as `bound_rps`; returns what its
+        `bound_rps` line says of where it came from."""
         assert self.engine is not None
         if self.bound_rps is None:
             seconds, seed = self.plan.bound_s, self.run.seed
             self.bound = measured_bound_rps(self.engine, self.bodies, seconds, seed)
-            emit(self.run, "bound_rps", self.bound, "req/s", clients=64)
             progress(f"load 1 measured: {self.bound:.1f} req/s")
+            source: dict[str, Any] = {"clients": 64}
         else:
             self.bound = self.bound_rps
-            emit(self.run, "bound_rps", self.bound, "req/s", given=True)
+            source = {"given": True}
         self.engine.wait_idle()
+        return source
+
+    def measure(self, repeats: int) -> None:
+        source = self.find_bound()
+        emit(self.run, "bound_rps", self.bound, "req/s", **source)
         for repeat in range(repeats):
             run = replace(self.run, seed=self.run.seed + repeat)
             # Each seed's references right before its phases: this machine's speed drifts
