@@ -978,6 +978,45 @@ async def test_admission_counts_on_the_measured_drain_when_it_is_slower_than_the
     await h.drain()
 
 
+async def test_a_line_held_by_the_prefill_gate_drains_at_its_measured_pace() -> None:
+    """A hundred slots, never full; batch held by a top-class prompt awaiting its first
+    token, so nothing of the class is dispatched. Its line fills at 2/s from 0.5 s while
+    the twenty batch requests dispatched before finish at 2/s. Held for a moment, the
+    line keeps the model's zero (free slots): newcomers are admitted. Once it has not
+    emptied for the drain's whole window (5 s), the model still sees free slots, but the
+    line drains at its measured 2/s: the newest waiter, tenth in line, needs 5 s where
+    4.5 are left, and is dropped as slipped rather than left to its deadline; and a
+    newcomer behind nine expects 5 s, over half of its 9 s, and is refused at once."""
+    clock = FakeClock()
+    h = Harness(FairScheduler(100, 1000, clock, initial_service_s=1.0))
+    for i in range(20):
+        await h.submit(f"b{i}", tenant="jobs")
+    await h.submit("i0", tenant="web", priority="interactive")
+    interactive, _ = h.running.pop()
+    interactive.prefilling()
+    waiting = []
+    for step in range(11):
+        clock.now += 0.5
+        slot, usage = h.running.pop(0)
+        slot.release(*usage, service_s=1.0)
+        await h.settle()
+        if step < 10:
+            deadline = clock.now + (5.0 if step == 9 else 30.0)
+            waiting.append(await h.submit(f"w{step}", tenant="jobs", deadline=deadline))
+            assert not waiting[-1].done()  # admitted on the model's zero
+        if step == 0:
+            assert h.scheduler.expected_wait_s("jobs", 1.0, "batch") == 0.0
+    assert h.order == [f"b{i}" for i in range(20)] + ["i0"]
+    assert waiting[-1].done() and not any(task.done() for task in waiting[:-1])
+    assert h.scheduler.snapshot().shed == {("batch", "deadline_slipped"): 1}
+    assert h.scheduler.expected_wait_s("jobs", 1.0, "batch") == pytest.approx(5.0)
+    with pytest.raises(Shed, match="deadline_unreachable"):
+        await h.scheduler.acquire("jobs", 1.0, "batch", 100, 0, clock.now + 9.0)
+    h.pending = [p for p in h.pending if p[0] != "w9"]
+    interactive.release(10, 10, service_s=1.0)
+    await h.drain()
+
+
 @pytest.mark.parametrize("measured_drain", [True, False])
 async def test_a_cut_limit_drops_a_waiter_only_where_the_measured_pace_agrees(
     measured_drain: bool,
