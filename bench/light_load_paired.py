@@ -31,6 +31,9 @@ order), JSON lines with bench, seed, engine, pinned, load and mode:
     within_bound                             1 if p50 and p99 are both within 10% + 2 ms
                                              of the direct half's, else 0
     samples                                  interactive answers per half (the smaller)
+    gateway_own_ms_mean, gateway_queue_wait_ms_mean   (gateway modes) the gateway's time
+                                             per request outside the upstream and its
+                                             queue, and in its queue (`own_time`)
 With `--repeats` > 1, the two ratios and the added p50 again with `repeat: "all"`: median,
 low and high.
 
@@ -44,6 +47,7 @@ Exits 0 once the figures are printed; non-zero only when it could not measure.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import secrets
 import statistics
@@ -51,6 +55,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -63,7 +69,7 @@ from backends.local_vllm import ENGINE_NAME, engine_python  # noqa: E402
 from bench.capacity import KEYS  # noqa: E402
 from bench.loadgen import PhaseResult, PhaseSpec, StreamSpec  # noqa: E402
 from bench.measure import percentile  # noqa: E402
-from bench.processes import unwind_on_sigterm  # noqa: E402
+from bench.processes import OPERATOR, unwind_on_sigterm  # noqa: E402
 from bench.report import emitter, progress_of  # noqa: E402
 from bench.slo_goodput import (  # noqa: E402
     ADAPTIVE,
@@ -72,6 +78,7 @@ from bench.slo_goodput import (  # noqa: E402
     QUICK,
     Bench,
     Run,
+    counter_sums,
     offered,
     streams,
 )
@@ -135,8 +142,44 @@ def compared(via: list[float], direct: list[float]) -> dict[str, float | int]:
     }
 
 
-UNITS = {"ratio": "ratio", "_ms": "ms", "within_bound": "bool"}
-SUMMED = ("paired_ttft_p50_ratio", "paired_ttft_p99_ratio", "paired_ttft_p50_added_ms")
+# The gateway's own sums in its /metrics, read before and after a phase (`own_time`).
+GATEWAY_SUMS = {
+    "gateway_request_duration_seconds_sum": "request_s",
+    "gateway_request_duration_seconds_count": "requests",
+    "gateway_upstream_duration_seconds_sum": "upstream_s",
+    "gateway_queue_wait_seconds_sum": "queued_s",
+}
+
+
+def gateway_sums(url: str) -> dict[str, float]:
+    text = httpx.get(url + "/metrics", headers=OPERATOR, timeout=10).text
+    return counter_sums(text, GATEWAY_SUMS)
+
+
+def own_time(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What the gateway's half spent in the gateway in a phase, per request (all classes,
+    warm-up included), from its /metrics: `gateway_queue_wait_ms_mean` in its fair queue,
+    and `gateway_own_ms_mean` outside the upstream and that queue (each request's time
+    less its upstream's, less its wait): parsing, routing, the hop. Both are wall-clock
+    times in the gateway's process, so CPU it waited for (its core shared with the load
+    generator and this script) shows in the second."""
+    spent = {key: after[key] - before[key] for key in after}
+    if spent["requests"] <= 0:
+        return {"gateway_own_ms_mean": math.nan, "gateway_queue_wait_ms_mean": math.nan}
+    outside = spent["request_s"] - spent["upstream_s"] - spent["queued_s"]
+    return {
+        "gateway_own_ms_mean": 1000.0 * outside / spent["requests"],
+        "gateway_queue_wait_ms_mean": 1000.0 * spent["queued_s"] / spent["requests"],
+    }
+
+
+UNITS = {"ratio": "ratio", "_ms": "ms", "_ms_mean": "ms", "within_bound": "bool"}
+SUMMED = (
+    "paired_ttft_p50_ratio",
+    "paired_ttft_p99_ratio",
+    "paired_ttft_p50_added_ms",
+    "gateway_own_ms_mean",  # gateway modes only
+)
 
 
 def unit_of(metric: str) -> str:
@@ -166,10 +209,15 @@ class Paired:
             urls=[first, engine],
         )
         bench.engine.forget_prompts()
+        gateway = None if target == A_A else bench.gateways[target][0].url
+        before = gateway_sums(gateway) if gateway else {}
         result = bench.loadgen.open(spec)
         bench.engine.wait_idle()
         via, direct = halves(result, specs, self.plan.warm_s)
-        return compared(via, direct)
+        figures = compared(via, direct)
+        if gateway:
+            figures |= own_time(before, gateway_sums(gateway))
+        return figures
 
     def measure(self, modes: list[str], repeats: int) -> dict[tuple[str, float, str], list[float]]:
         """Every phase; returns the SUMMED figures by (target, load, metric), one per
@@ -185,7 +233,7 @@ class Paired:
                         progress(f"seed {seed}, load {load:g}: {target}")
                         figures = self.phase(target, load, seed)
                         self.report(seed, target, load, figures)
-                        for metric in SUMMED:
+                        for metric in (m for m in SUMMED if m in figures):
                             ratios.setdefault((target, load, metric), []).append(
                                 float(figures[metric])
                             )

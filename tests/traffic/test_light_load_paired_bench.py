@@ -3,9 +3,11 @@ bound it is judged by."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from bench.light_load_paired import compared, halves, within
+from bench.light_load_paired import compared, halves, own_time, within
 from bench.loadgen import PhaseResult, Record, StreamSpec
 
 
@@ -45,3 +47,14 @@ def test_a_paired_phase_is_within_the_bound_only_if_p50_and_p99_both_are() -> No
     assert slow_tail["within_bound"] == 0
     with pytest.raises(RuntimeError, match="no interactive answers"):
         compared([], direct)
+
+
+def test_the_gateways_own_time_is_its_time_outside_the_upstream_and_its_queue() -> None:
+    """Four requests in the phase: 2.0 s end to end, 1.9 s of it upstream and 0.06 s in
+    the fair queue, so 10 ms each of the gateway's own; nothing in a phase gives NaN."""
+    before = {"request_s": 5.0, "requests": 10.0, "upstream_s": 4.0, "queued_s": 0.5}
+    after = {"request_s": 7.0, "requests": 14.0, "upstream_s": 5.9, "queued_s": 0.56}
+    spent = own_time(before, after)
+    assert spent["gateway_own_ms_mean"] == pytest.approx(10.0)
+    assert spent["gateway_queue_wait_ms_mean"] == pytest.approx(15.0)
+    assert all(math.isnan(v) for v in own_time(after, after).values())
