@@ -110,8 +110,7 @@ class Waits:
         and 35, the model alone dropped 12-20% of the refusals at 5x after a wait
         (refusal p99 1.5-3.6 s; docs/slo-goodput.md)."""
         wait = self.wait(slots, queue.ahead_of(tenant, weight, rank, position), rank, now)
-        held = self._held_apart_from_slots(queue, tenant, rank, now)
-        if wait == 0.0 and not held:
+        if wait == 0.0 and not self._held_apart_from_slots(queue, tenant, rank, now):
             return wait
         own = queue.line(tenant, rank) if position is None else position
         measured = self._measured(queue, slots, tenant, weight, rank, now, own)
