@@ -34,8 +34,8 @@ order), JSON lines with bench, seed, engine, pinned, load and mode:
     gateway_own_ms_mean, gateway_queue_wait_ms_mean   (gateway modes) the gateway's time
                                              per request outside the upstream and its
                                              queue, and in its queue (`own_time`)
-With `--repeats` > 1, the two ratios and the added p50 again with `repeat: "all"`: median,
-low and high.
+With `--repeats` > 1, the two ratios, the added p50 and the gateway's own time again with
+`repeat: "all"`: median, low and high.
 
 Run:
     python bench/light_load_paired.py --quick --pin on     # vLLM: about 3 minutes here
@@ -194,7 +194,8 @@ class Paired:
         bench = self.bench
         assert bench.engine is not None and bench.loadgen is not None
         engine = bench.engine.url + CHAT_PATH
-        first = engine if target == A_A else bench.gateways[target][0].url + CHAT_PATH
+        gateway = None if target == A_A else bench.gateways[target][0].url
+        first = engine if gateway is None else gateway + CHAT_PATH
         rates = {t: r * bench.bound for t, r in offered(load).items()}
         duration = self.plan.warm_s + self.plan.window_s
         # Bodies as the bare engine gets them (no deadline header), with the tenant's key.
@@ -209,7 +210,6 @@ class Paired:
             urls=[first, engine],
         )
         bench.engine.forget_prompts()
-        gateway = None if target == A_A else bench.gateways[target][0].url
         before = gateway_sums(gateway) if gateway else {}
         result = bench.loadgen.open(spec)
         bench.engine.wait_idle()

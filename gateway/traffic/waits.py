@@ -151,8 +151,7 @@ class Waits:
         rates = self._drain.rates(rank, tenant, now) if slots.limit else None
         if rates is None or not self._measured_drain:
             return None
-        since = queue.backlogged_since(tenant, rank)
-        if since is not None and since <= now - self._drain.window_s:
+        if self._held_apart_from_slots(queue, tenant, rank, now):
             share = 0.0  # backlogged all through the window: its own rate is its turn
         else:
             # Its weight over those of the tenants that take turns in its class's line:
