@@ -52,11 +52,11 @@ Modes, one gateway each (replicas: `--replicas`, requests split evenly), backend
 For each repeat (seed, seed+1, ...): bare at every load, then each mode at every load
 (1 first), the modes in an order shuffled by the seed (`mode_order`), its gateways
 started for them and stopped after, the engine and gateways left to go idle between
-phases. Each phase measures the requests sent in its last `window_s` (quick 7 s, full
-30 s), after 5 s of arrivals at loads up to 1 (quick: 2 s at load 1, 1 s below), and
-overloaded after 18 s, when the clients that give up last have given up: until then the
-bare engine's queue still grows, and an earlier window shows it answering batch requests
-in time that it cannot answer in steady state.
+phases; in full runs, bare at load 1 again last. Each phase measures the requests sent in
+its last `window_s` (quick 7 s, full 30 s), after 5 s of arrivals at loads up to 1
+(quick: 2 s at load 1, 1 s below), and overloaded after 18 s, when the clients that give
+up last have given up: until then the bare engine's queue still grows, and an earlier
+window shows it answering batch requests in time that it cannot answer in steady state.
 
 `--ablate pacing,prefill_gate,...` adds each adaptive mode again with one traffic-core
 controller off (the gateway's `traffic.controllers_off`), as mode `adaptive-metrics-no-pacing`
@@ -92,6 +92,11 @@ mode and load; class where it says):
     in_deadline_throughput_ratio_vs_bare   the same, of answers completed within their
                                 deadline alone (in_deadline_tokens_per_s): the bare engine's
                                 clients wait a second past it, the gateway cuts a stream there
+    throughput_ratio_vs_bare_both   full runs, load 1: output tokens against the mean of
+                                two bare load-1 phases, the first and one after every
+                                gateway mode (the load-1 target judges this one)
+    bare_again_ratio            full runs: the second bare load-1 phase's output tokens
+                                over the first's, the reference's own spread
     client_timeouts             requests the client gave up on (whole phase)
     client_timeouts_streaming   of those, streams whose first token had come: the client's
                                 total timeout (6 s) cut them while tokens flowed
@@ -264,6 +269,7 @@ class Plan:
     unloaded_s: float  # each of the two unloaded references (first token, per token)
     bound_s: float
     loads: tuple[float, ...]  # must hold 1: `fixed` takes its limit from bare's load-1 phase
+    bare_again: bool  # bare's load-1 phase again after the gateway modes (`Bench.bare_again`)
 
     def warm_up_s(self, load: float) -> float:
         """Arrivals before the window. Overloaded, until the clients that give up last
@@ -284,6 +290,7 @@ QUICK = Plan(
     unloaded_s=7.0,
     bound_s=6.0,
     loads=(1.0, 0.3, 5.0),
+    bare_again=False,  # a quick run stays under 4 minutes; its load 1 is no verdict anyway
 )
 FULL = Plan(
     False,
@@ -293,6 +300,7 @@ FULL = Plan(
     unloaded_s=30.0,
     bound_s=10.0,
     loads=(1.0, 0.3, 0.5, 5.0),
+    bare_again=True,
 )
 
 
@@ -853,6 +861,29 @@ def unit_of(metric: str) -> str:
     return "ratio" if "ratio" in metric else "ms"
 
 
+POOLED = "throughput_ratio_vs_bare_both"  # load 1, against both bare phases' mean
+
+
+def bare_again_ratio(first: Figures, again: Figures) -> float:
+    """The second bare load-1 phase's output tokens over the first's."""
+    key = ("output_tokens_per_s", None)
+    return ratio(again[key], first[key])
+
+
+def pooled_throughput_ratios(
+    results: dict[tuple[int, str, float], Figures], seed: int, modes: list[str], again: Figures
+) -> dict[str, float]:
+    """Each mode's load-1 output tokens over the mean of the bare engine's two load-1
+    phases (`Bench.bare_again`), for the modes that ran at load 1."""
+    key = ("output_tokens_per_s", None)
+    reference = (results[(seed, "bare", 1.0)][key] + again[key]) / 2
+    return {
+        mode: ratio(results[(seed, mode, 1.0)][key], reference)
+        for mode in modes
+        if (seed, mode, 1.0) in results
+    }
+
+
 def versus_bare(
     own: dict[tuple[str, str | None], float], bare: dict[tuple[str, str | None], float]
 ) -> dict[tuple[str, str | None], float]:
@@ -1020,6 +1051,33 @@ class Bench:
             objective = self.objective(run)
             for mode in self.mode_order(run):
                 self.mode_phases(run, objective, mode)
+            if self.plan.bare_again:
+                self.bare_again(run, objective)
+
+    def bare_again(self, run: Run, objective: Objective) -> None:
+        """Bare's load-1 phase once more, after every gateway mode, and the gateway modes'
+        load-1 throughput against the mean of the two (`pooled_throughput_ratios`).
+
+        At load 1 the bare engine is at its ceiling, where a queue neither grows nor drains
+        for long, and its output moved by 17% over four bare phases of the same arrivals
+        back to back (seed 571, 582-704 tokens/s; docs/slo-goodput.md): one phase is too
+        noisy a reference for a 0.95 target, and one taken first flatters every mode that
+        ran while the machine sped up (or the reverse). Two phases, one before and one after
+        the gateway modes, halve the first and cancel a steady drift; `bare_again_ratio`
+        is their own spread."""
+        progress(f"seed {run.seed}, load 1: bare, again")
+        rates = {t: r * self.bound for t, r in offered(1.0).items()}
+        window = self.plan.window_s
+        phase = self.phase("bare", 1.0, run.seed, rates, self.plan.warm_up_s(1.0) + window, window)
+        again = figures(phase, objective, rates)
+        first = self.results[(run.seed, "bare", 1.0)]
+        emit(
+            run, "bare_again_ratio", bare_again_ratio(first, again), "ratio", mode="bare", load=1.0
+        )
+        modes = [m for m in self.modes if m != "bare"]
+        for mode, value in pooled_throughput_ratios(self.results, run.seed, modes, again).items():
+            self.results[(run.seed, mode, 1.0)][(POOLED, None)] = value
+            emit(run, POOLED, value, "ratio", mode=mode, load=1.0)
 
     def mode_order(self, run: Run) -> list[str]:
         """Bare first (the others are judged against it, `fixed` takes its limit from it),
@@ -1135,7 +1193,7 @@ def targets(bench: Bench, seeds: list[int]) -> None:
             "client_timeouts": median(5.0, "client_timeouts") == 0,
             "jain": median(5.0, "jain_fairness", "batch") >= 0.95,
             "refusal_p99": not median(5.0, "refusal_latency_p99_ms") > 50.0,
-            "throughput_load1": median(1.0, "throughput_ratio_vs_bare") >= 0.95,
+            "throughput_load1": load1_throughput(median) >= 0.95,
             # Against a bare phase minutes earlier, within the noise of the machine's drift
             # and of a p99 over about a hundred answers: bench/light_load_paired.py judges
             # the same bound with both halves in one phase, and the engine against itself.
@@ -1145,6 +1203,13 @@ def targets(bench: Bench, seeds: list[int]) -> None:
         emit(
             bench.run, "target_met", int(not failed), "bool", mode=mode, failed=failed, seeds=seeds
         )
+
+
+def load1_throughput(median: Callable[[float, str], float]) -> float:
+    """Load 1's throughput ratio: against both bare phases where the plan ran bare's
+    load 1 again (`Bench.bare_again`), else against the one."""
+    both = median(1.0, POOLED)
+    return both if not math.isnan(both) else median(1.0, "throughput_ratio_vs_bare")
 
 
 def goodput_at_least_bare(bench: Bench, mode: str, load: float, seeds: list[int]) -> bool:

@@ -14,18 +14,22 @@ from bench.slo_goodput import (
     DEADLINES,
     FULL,
     MIX,
+    POOLED,
     QUICK,
     TPOT_MIN_TOKENS,
     Bodies,
     Objective,
     Phase,
+    bare_again_ratio,
     figures,
     limit_figures,
     limit_trace,
+    load1_throughput,
     load_figures,
     meets,
     offered,
     per_token_ms,
+    pooled_throughput_ratios,
     prefix_hit_rate,
     streams,
     versus_bare,
@@ -269,3 +273,27 @@ def test_late_refusals_are_those_after_a_wait_in_the_queue_of_those_sent_in_the_
     assert out[("refused_at_deadline_share", "batch")] == 1 / 4
     assert out[("refused_share", "interactive")] == 0.0
     assert math.isnan(out[("refused_late_share", "interactive")])
+
+
+def test_load_1_is_judged_against_both_bare_phases_and_their_spread_is_printed() -> None:
+    """The bare engine's load-1 output moved by 17% between phases of the same arrivals, so
+    a full run takes it twice, before and after the gateway modes, and judges against the
+    mean."""
+    tokens = ("output_tokens_per_s", None)
+    results = {
+        (7, "bare", 1.0): {tokens: 600.0},
+        (7, "adaptive-metrics", 1.0): {tokens: 630.0},
+        (7, "adaptive-latency", 0.3): {tokens: 200.0},  # no load-1 phase: no ratio
+    }
+    again = {tokens: 660.0}
+    assert bare_again_ratio(results[(7, "bare", 1.0)], again) == 1.1
+    pooled = pooled_throughput_ratios(results, 7, ["adaptive-metrics", "adaptive-latency"], again)
+    assert pooled == {"adaptive-metrics": 1.0}  # 630 / mean(600, 660); 1.05 against the first
+    assert FULL.bare_again and not QUICK.bare_again
+
+
+def test_the_load_1_target_takes_both_bare_phases_where_the_run_has_them() -> None:
+    figures = {"throughput_ratio_vs_bare": 0.9, POOLED: 0.97}
+    assert load1_throughput(lambda load, metric: figures[metric]) == 0.97
+    figures[POOLED] = math.nan  # a quick run: bare at load 1 once
+    assert load1_throughput(lambda load, metric: figures[metric]) == 0.9
