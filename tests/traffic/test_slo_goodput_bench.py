@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -17,9 +20,12 @@ from bench.slo_goodput import (
     POOLED,
     QUICK,
     TPOT_MIN_TOKENS,
+    Bench,
     Bodies,
     Objective,
     Phase,
+    Plan,
+    Run,
     bare_again_ratio,
     figures,
     limit_figures,
@@ -297,3 +303,48 @@ def test_the_load_1_target_takes_both_bare_phases_where_the_run_has_them() -> No
     assert load1_throughput(lambda load, metric: figures[metric]) == 0.97
     figures[POOLED] = math.nan  # a quick run: bare at load 1 once
     assert load1_throughput(lambda load, metric: figures[metric]) == 0.9
+
+
+class _Order(Bench):
+    """Bench's driver with every phase replaced by a note of it."""
+
+    def __init__(self, plan: Plan) -> None:
+        run = Run(5, "fake", 1, False, "sent", None)
+        super().__init__(plan, "fake", Path("."), run, ["bare", "adaptive-metrics", "fixed"])
+        self.steps: list[tuple[str, int, str]] = []
+
+    def find_bound(self) -> dict[str, Any]:
+        self.bound = 10.0
+        return {}
+
+    def objective(self, run: Run) -> Objective:
+        return OBJECTIVE
+
+    def mode_phases(self, run: Run, objective: Objective, mode: str) -> None:
+        self.steps.append(("phases", run.seed, mode))
+
+    def warm_gateways(self, run: Run, mode: str) -> None:
+        self.steps.append(("warm", run.seed, mode))
+        super().warm_gateways(run, mode)  # a plan without a warm-up: returns at once
+
+    def bare_again(self, run: Run, objective: Objective) -> None:
+        self.steps.append(("bare again", run.seed, "bare"))
+
+
+def test_a_full_run_warms_a_gateway_once_before_its_first_gateway_mode() -> None:
+    """The first gateway mode of a run did worse at load 1 than the next in six runs of
+    six, so a full run sends load 1 through a gateway of that mode first, measured by
+    nothing; once a run, and bare's load 1 again after each seed's modes."""
+    bench = _Order(replace(FULL, gateway_warm_s=0.0))
+    bench.measure(repeats=2)
+    first, second = bench.mode_order(bench.run)[1], bench.mode_order(replace(bench.run, seed=6))
+    assert bench.steps == [
+        ("phases", 5, "bare"),
+        ("warm", 5, first),
+        *[("phases", 5, m) for m in bench.mode_order(bench.run)[1:]],
+        ("bare again", 5, "bare"),
+        *[("phases", 6, m) for m in second],
+        ("bare again", 6, "bare"),
+    ]
+    assert FULL.gateway_warm_s >= FULL.warm_s + FULL.window_s  # a whole load-1 phase
+    assert QUICK.gateway_warm_s == 0.0
