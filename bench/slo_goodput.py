@@ -1093,8 +1093,8 @@ class Bench:
         back to back (seed 571, 582-704 tokens/s; docs/slo-goodput.md): one phase is too
         noisy a reference for a 0.95 target, and one taken first flatters every mode that
         ran while the machine sped up (or the reverse). Two phases, one before and one after
-        the gateway modes, halve the first and cancel a steady drift; `bare_again_ratio`
-        is their own spread."""
+        the gateway modes, halve the reference's variance and cancel a steady drift;
+        `bare_again_ratio` is their own spread."""
         progress(f"seed {run.seed}, load 1: bare, again")
         rates = {t: r * self.bound for t, r in offered(1.0).items()}
         window = self.plan.window_s
