@@ -1066,7 +1066,7 @@ class Bench:
         `plan.gateway_warm_s`, measured by nothing, then stopped.
 
         The first gateway mode of a run did worse at load 1 than the next in six runs of six
-        (2026-12-07, docs/slo-goodput.md): by 0.06-0.21 of the bare engine's output, while
+        (2026-12-07, docs/slo-goodput.md): by 0.07-0.21 of the bare engine's output, while
         the bare engine did not slow down between its own load-1 phases, and the same mode
         run again did not (seed 591: adaptive-metrics 0.89 first, 0.94 and 0.92 after
         another gateway had run). Whatever the first gateway meets once, a stall at load 1
