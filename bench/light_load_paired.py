@@ -79,7 +79,6 @@ from bench.slo_goodput import (  # noqa: E402
     Bench,
     Run,
     counter_sums,
-    offered,
     streams,
 )
 
@@ -196,7 +195,7 @@ class Paired:
         engine = bench.engine.url + CHAT_PATH
         gateway = None if target == A_A else bench.gateways[target][0].url
         first = engine if gateway is None else gateway + CHAT_PATH
-        rates = {t: r * bench.bound for t, r in offered(load).items()}
+        rates = bench.rates(load)
         duration = self.plan.warm_s + self.plan.window_s
         # Bodies as the bare engine gets them (no deadline header), with the tenant's key.
         bare = streams(bench.bodies, rates, duration, seed, direct=True)

@@ -1077,9 +1077,8 @@ class Bench:
         progress(f"seed {run.seed}, load 1: {mode}, a warm-up measured by nothing")
         self.start_gateways(mode, self.mode_limit(run, mode))
         try:
-            rates = {t: r * self.bound for t, r in offered(1.0).items()}
             warm_s = self.plan.gateway_warm_s
-            self.phase(mode, 1.0, run.seed, rates, warm_s, warm_s)
+            self.phase(mode, 1.0, run.seed, self.rates(1.0), warm_s, warm_s)
         finally:
             for gateway in self.gateways.pop(mode, []):
                 gateway.stop()
@@ -1096,10 +1095,7 @@ class Bench:
         the gateway modes, halve the reference's variance and cancel a steady drift;
         `bare_again_ratio` is their own spread."""
         progress(f"seed {run.seed}, load 1: bare, again")
-        rates = {t: r * self.bound for t, r in offered(1.0).items()}
-        window = self.plan.window_s
-        phase = self.phase("bare", 1.0, run.seed, rates, self.plan.warm_up_s(1.0) + window, window)
-        again = figures(phase, objective, rates)
+        _, again = self.measured_phase(run, objective, "bare", 1.0)
         first = self.results[(run.seed, "bare", 1.0)]
         emit(
             run, "bare_again_ratio", bare_again_ratio(first, again), "ratio", mode="bare", load=1.0
@@ -1139,11 +1135,7 @@ class Bench:
 
     def load_phase(self, run: Run, objective: Objective, mode: str, load: float) -> None:
         progress(f"seed {run.seed}, load {load:g}: {mode}")
-        rates = {t: r * self.bound for t, r in offered(load).items()}
-        window = self.plan.window_s
-        duration = self.plan.warm_up_s(load) + window
-        phase = self.phase(mode, load, run.seed, rates, duration, window)
-        own = figures(phase, objective, rates)
+        phase, own = self.measured_phase(run, objective, mode, load)
         if mode != "bare":
             own |= versus_bare(own, self.results[(run.seed, "bare", load)])
         if load > 1.0:  # overloaded, the bare engine may meet no objective at all
@@ -1158,6 +1150,19 @@ class Bench:
         for row in limit_trace(phase) if self.trace and mode != "bare" else []:
             limit = row.pop("limit")
             emit(run, "limit_trace", limit, "requests", mode=mode, load=load, **row)
+
+    def rates(self, load: float) -> dict[str, float]:
+        """Each tenant's arrivals per second at `load` (`offered`) times load 1."""
+        return {t: r * self.bound for t, r in offered(load).items()}
+
+    def measured_phase(
+        self, run: Run, objective: Objective, mode: str, load: float
+    ) -> tuple[Phase, Figures]:
+        """One phase of the plan's length at `load` through `mode`, and its figures."""
+        rates, window = self.rates(load), self.plan.window_s
+        duration = self.plan.warm_up_s(load) + window
+        phase = self.phase(mode, load, run.seed, rates, duration, window)
+        return phase, figures(phase, objective, rates)
 
     def start_gateways(self, mode: str, limit: int) -> None:
         assert self.engine is not None
