@@ -62,7 +62,7 @@ import orjson
 
 from bench.capacity import MODEL
 from bench.measure import percentile
-from bench.processes import Gateway, start_gateway, unwind_on_sigterm
+from bench.processes import Gateway, on_cpus, start_gateway, unwind_on_sigterm
 from bench.report import emitter, progress_of
 from bench.slo_goodput import PREFIX_COUNTERS, Engine
 
@@ -146,14 +146,9 @@ def words(rng: random.Random, count: int) -> str:
 def started_on(cpu: int | None, work: Path) -> Engine:
     """An engine whose processes run on `cpu` alone (they inherit this process's CPU set
     while it starts them); None: on every CPU."""
-    everything = os.sched_getaffinity(0)
-    if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
-    try:
+    with on_cpus(None if cpu is None else {cpu}):
         # Each answer's prefix-cache hits in its usage (`cached_tokens`).
         return Engine("vllm", work, extra=["--enable-prompt-tokens-details"])
-    finally:
-        os.sched_setaffinity(0, everything)
 
 
 def gateway_config(urls: list[str], work: Path, affinity: bool) -> dict[str, Any]:

@@ -208,6 +208,7 @@ from bench.processes import (  # noqa: E402
     Gateway,
     ServerProcess,
     free_port,
+    on_cpus,
     unwind_on_sigterm,
 )
 from bench.report import emitter, progress_of  # noqa: E402
@@ -944,15 +945,14 @@ class Bench:
 
     def start(self, pin: bool) -> None:
         cpus = sorted(os.sched_getaffinity(0))
-        if pin:
-            if len(cpus) < 2:
-                raise RuntimeError("--pin on needs at least 2 CPUs")
-            os.sched_setaffinity(0, {cpus[0]})  # the engine and its children inherit it
+        if pin and len(cpus) < 2:
+            raise RuntimeError("--pin on needs at least 2 CPUs")
         progress(f"starting the engine ({self.run.engine})")
         blocks = self.run.kv_blocks
         extra = ["--num-gpu-blocks-override", str(blocks)] if blocks is not None else []
-        self.engine = Engine(self.kind, self.work_dir, extra)
-        if pin:
+        with on_cpus({cpus[0]} if pin else None):
+            self.engine = Engine(self.kind, self.work_dir, extra)
+        if pin:  # the gateways and the load generator it starts next, and this script
             os.sched_setaffinity(0, set(cpus[1:]))
         self.loadgen = LoadGenerator().start()
         progress("the engine and the load generator are up")

@@ -24,7 +24,7 @@ import httpx
 
 from backends.local_vllm import ROOT, command_line, default_model, engine_python, environment
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
-from bench.processes import ServerProcess, free_port
+from bench.processes import ServerProcess, free_port, on_cpus
 
 SHARED_DIR = "GATEWAY_TEST_ENGINE_DIR"
 # Engines started by this process: kept for its lifetime, so that a handle collected while
@@ -119,11 +119,28 @@ def start_engine(root: Path, folder: Path) -> Engine:
         f"http://127.0.0.1:{port}/health",
         folder / "vllm.log",
         env=environment(),
-    ).launch()
+    )
+    with on_cpus(engine_cpus()):
+        server.launch()
     _LAUNCHED.append(server)
     assert server.process is not None
     url = f"http://127.0.0.1:{port}"
     return Engine(url, f"{url}/v1", server.process.pid, str(server.log_path))
+
+
+def engine_cpus() -> set[int] | None:
+    """The first CPU of this process's, where it has two or more; else None (all of them).
+
+    vLLM's CPU build busy-polls in two processes, its engine core and its worker. Given
+    both of this machine's cores they took both, and its API server, the gateway and the
+    tests waited for CPU: 16 streams of 512 tokens, four at a time, came back in bursts
+    seconds apart (the last three rounds' tokens all at once, 3-5 s late), so the order
+    in which answers arrived no longer said in which order the engine ran them, and the
+    priority test failed on a round where it did (2026-12-07). On one CPU of its own, as
+    the benchmarks' `--pin on` runs it and as a GPU host would (its CPU processes beside
+    the GPU), each round arrived as it ended, tokens 10-20 ms apart at most."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return {cpus[0]} if len(cpus) >= 2 else None
 
 
 def engine_for_this_run(root: Path) -> tuple[Engine, bool]:

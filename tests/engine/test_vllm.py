@@ -150,9 +150,10 @@ def _error(exc: openai.APIStatusError) -> dict[str, Any]:
 # even when its /metrics answers late (a sample in 2 s was seen, while it streamed outputs).
 BATCH_TOKENS = 512
 ROUNDS = 4
-# Rounds where nothing waited are tried again. Three were not always enough in the serial
-# phase of a clean-clone `make test` (2026-12-07: most seen (0, 0), (0, 0), (4, 3)); a
-# round takes about 10 s, and the first that queues ends the test.
+# Rounds where nothing waited are tried again; a round takes about 10 s, and the first
+# that queues ends the test. With the engine on both cores, three were not always enough
+# (2026-12-07: most seen (0, 0), (0, 0), (4, 3)); on a CPU of its own
+# (`tests/engine/shared.py`'s `engine_cpus`) vLLM queued in the first round 12 times of 12.
 ATTEMPTS = 5
 
 
@@ -163,10 +164,13 @@ async def test_an_interactive_request_overtakes_batch_requests_queued_in_the_eng
     engine's batch): the engine's own scheduler, told each request's class as `priority`,
     runs the interactive one before batch requests that were queued before it.
 
-    The interactive request is sent once vLLM reports batch requests waiting. On two busy
-    cores its API server sometimes takes requests in no faster than it finishes them, and
-    nothing waits: then that round is let finish and another tried (the claim is about
-    requests that do wait; a round where none did cannot test it)."""
+    The interactive request is sent once vLLM reports batch requests waiting. Should its
+    API server take requests in no faster than it finishes them, nothing waits: then that
+    round is let finish and another tried (the claim is about requests that do wait; a
+    round where none did cannot test it). The order the answers arrive in is the order the
+    engine ran them only where its API server gets CPU enough to answer as it goes: with
+    the engine on both cores, 12 of 16 answers once came back at the same instant, 3-5 s
+    late, and the interactive one among them overtook none (`engine_cpus`)."""
     seen: list[tuple[float, float]] = []
     # A new connection per request: a round takes about 10 s, so a connection kept from the
     # last one has idled for seconds, and one reused as the gateway closed it read a broken
