@@ -110,10 +110,11 @@ class Waits:
         and 35, the model alone dropped 12-20% of the refusals at 5x after a wait
         (refusal p99 1.5-3.6 s; docs/slo-goodput.md)."""
         wait = self.wait(slots, queue.ahead_of(tenant, weight, rank, position), rank, now)
-        if wait == 0.0 and not self._held_apart_from_slots(queue, tenant, rank, now):
+        held = self._held_apart_from_slots(queue, tenant, rank, now)
+        if wait == 0.0 and not held:
             return wait
         own = queue.line(tenant, rank) if position is None else position
-        measured = self._measured(queue, slots, tenant, weight, rank, now, own)
+        measured = self._measured(queue, slots, tenant, weight, rank, now, own, held)
         if measured is None:
             return wait
         if wait == 0.0:
@@ -145,13 +146,15 @@ class Waits:
         rank: int,
         now: float,
         own: int,
+        held: bool,
     ) -> float | None:
         """The wait behind `own` of its tenant's requests at the measured pace; None
-        without a measurement (too few finished lately, no slot, or `measured_drain` off)."""
+        without a measurement (too few finished lately, no slot, or `measured_drain` off).
+        `held`: the line is `_held_apart_from_slots`."""
         rates = self._drain.rates(rank, tenant, now) if slots.limit else None
         if rates is None or not self._measured_drain:
             return None
-        if self._held_apart_from_slots(queue, tenant, rank, now):
+        if held:
             share = 0.0  # backlogged all through the window: its own rate is its turn
         else:
             # Its weight over those of the tenants that take turns in its class's line:
