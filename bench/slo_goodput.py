@@ -49,16 +49,17 @@ Modes, one gateway each (replicas: `--replicas`, requests split evenly), backend
     adaptive-metrics  engine vllm, priority_scheduling true, no capacity given
     adaptive-latency  engine none, no capacity given
     uncontrolled      concurrency.mode fixed, max_concurrency 4096
-For each repeat (seed, seed+1, ...): bare at every load, then each mode at every load
-(1 first), the modes in an order shuffled by the seed (`mode_order`), its gateways
-started for them and stopped after, the engine and gateways left to go idle between
-phases. Full runs add two phases at load 1: before the run's first gateway mode, a
-gateway of that mode measured by nothing (`Bench.warm_gateways`), and after every mode,
-bare again (`Bench.bare_again`). Each phase measures the requests sent in its last
-`window_s` (quick 7 s, full 30 s), after 5 s of arrivals at loads up to 1 (quick: 2 s at
-load 1, 1 s below), and overloaded after 18 s, when the clients that give up last have
-given up: until then the bare engine's queue still grows, and an earlier window shows it
-answering batch requests in time that it cannot answer in steady state.
+For each repeat (seed, seed+1, ...): bare at every load, then each mode at every load (1
+first), the modes in an order shuffled by the seed, a mode's ablations beside it
+(`mode_order`), its gateways started for them and stopped after, the engine and gateways
+left to go idle between phases. Full runs add two phases at load 1: before the run's
+first gateway mode, a gateway of that mode measured by nothing (`Bench.warm_gateways`),
+and after every mode, bare again (`Bench.bare_again`). Each phase measures the requests
+sent in its last `window_s` (quick 7 s, full 30 s), after 5 s of arrivals at loads up to
+1 (quick: 2 s at load 1, 1 s below), and overloaded after 18 s, when the clients that
+give up last have given up: until then the bare engine's queue still grows, and an
+earlier window shows it answering batch requests in time that it cannot answer in steady
+state.
 
 `--ablate pacing,prefill_gate,...` adds each adaptive mode again with one traffic-core
 controller off (the gateway's `traffic.controllers_off`), as mode `adaptive-metrics-no-pacing`
@@ -130,7 +131,8 @@ mode and load; class where it says):
                                 the rows follow the limit through two load changes
     loadgen_lag_p99_ms
     mode_order                  each gateway mode's place in its seed's order (bare is first;
-                                the others shuffled by the seed)
+                                the others shuffled by the seed, each mode's ablations
+                                next to it)
 With `--repeats` > 1, each metric of a (mode, load, class) again with `repeat: "all"`: the
 median, and `low` and `high` over the repeats. Last, `target_met` per adaptive mode (the
 issue's targets, on the last repeat's figures or the medians). Its light-load check
@@ -1110,9 +1112,24 @@ class Bench:
         then the gateway modes in an order shuffled by the seed: run in a fixed order, the
         first gateway mode of every seed did worst at load 1 (2026-12-06), where two of
         the modes beside it could not differ from it (controllers that only refuse, and
-        nothing was refused)."""
-        order = [m for m in self.modes if m != "bare"]
-        random.Random(f"{run.seed}/order").shuffle(order)
+        nothing was refused).
+
+        A mode and its ablations (`--ablate`) run one after the other, in an order of
+        their own drawn from the seed: shuffled among all the modes, a pair ran up to
+        three places apart, and the machine's speed moved by a fifth within a run (seeds
+        632-633, docs/slo-goodput.md), more than what the pairs differed by."""
+        groups: dict[str, list[str]] = {}
+        for mode in self.modes:
+            if mode != "bare":
+                groups.setdefault(mode.partition(ABLATED)[0], []).append(mode)
+        bases = list(groups)
+        random.Random(f"{run.seed}/order").shuffle(bases)
+        within = random.Random(f"{run.seed}/pairs")
+        order = []
+        for base in bases:
+            if len(groups[base]) > 1:
+                within.shuffle(groups[base])
+            order += groups[base]
         for position, mode in enumerate(order, 1):
             emit(run, "mode_order", position, "position", mode=mode)
         return ["bare", *order]

@@ -14,6 +14,7 @@ import orjson
 from bench.loadgen import PhaseResult, PhaseSpec, Record, RoundResult, StreamSpec
 from bench.loadgen_open import _plan
 from bench.slo_goodput import (
+    ABLATED,
     DEADLINES,
     FULL,
     MIX,
@@ -348,3 +349,25 @@ def test_a_full_run_warms_a_gateway_once_before_its_first_gateway_mode() -> None
     ]
     assert FULL.gateway_warm_s >= FULL.warm_s + FULL.window_s  # a whole load-1 phase
     assert QUICK.gateway_warm_s == 0.0
+
+
+def test_a_mode_and_its_ablations_run_one_after_the_other_in_a_seeded_order() -> None:
+    """With `--ablate`, each adaptive mode's ablations run next to it (the machine's
+    speed drifts within a run), the groups and the order within each drawn from the
+    seed; without, the order is the one every earlier seed was run in."""
+    modes = ["bare", "adaptive-metrics", "adaptive-latency"]
+    ablated = [f"{m}{ABLATED}{c}" for m in modes[1:] for c in ("pacing", "prefill_gate")]
+    orders = set()
+    for seed in range(20):
+        run = Run(seed, "fake", 1, False, "sent", None)
+        plain = Bench(QUICK, "fake", Path("."), run, modes).mode_order(run)
+        legacy = modes[1:]
+        random.Random(f"{seed}/order").shuffle(legacy)
+        assert plain == ["bare", *legacy]
+        order = Bench(QUICK, "fake", Path("."), run, modes + ablated).mode_order(run)
+        assert order == Bench(QUICK, "fake", Path("."), run, modes + ablated).mode_order(run)
+        assert order[0] == "bare" and sorted(order[1:]) == sorted(modes[1:] + ablated)
+        bases = [m.partition(ABLATED)[0] for m in order[1:]]
+        assert bases[:3] == [bases[0]] * 3 and bases[3:] == [bases[3]] * 3
+        orders.add(tuple(order))
+    assert len(orders) > 4  # drawn, not fixed
