@@ -218,6 +218,12 @@ async def replicas(
     made: list[RedisQuotas] = []
 
     def make(url: str = redis_url, **kw: Any) -> RedisQuotas:
+        # The store's 0.25 s timeout is for production. On a loaded 2-core machine a
+        # healthy Redis answered 20 admits at once slower than that (a clean clone's
+        # `make test`, 2026-12-07: "quota store unreachable (TimeoutError)", 2 admitted of
+        # 3), so it is generous here; tests of a store that is gone set their own or
+        # meet a refused or closed connection, which fails at once.
+        kw.setdefault("timeout_s", 5.0)
         quotas = RedisQuotas(RedisFactory(url), redis_prefix, f"replica-{len(made)}", **kw)
         made.append(quotas)
         return quotas
