@@ -1127,8 +1127,7 @@ class Bench:
         within = random.Random(f"{run.seed}/pairs")
         order = []
         for base in bases:
-            if len(groups[base]) > 1:
-                within.shuffle(groups[base])
+            within.shuffle(groups[base])  # a mode alone: nothing drawn, order unchanged
             order += groups[base]
         for position, mode in enumerate(order, 1):
             emit(run, "mode_order", position, "position", mode=mode)
