@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import socket
 import time
@@ -10,7 +11,9 @@ from collections.abc import Mapping, Sequence
 
 from backends.errors import LaunchError
 from backends.probe import ReadinessProbe
-from backends.spawn import Child, child_environment, signal_group, spawn
+from backends.spawn import Child, child_environment, first_cpus, signal_group, spawn
+
+logger = logging.getLogger(__name__)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -23,17 +26,39 @@ PROBE_TIMEOUT_S = 2.0  # one readiness probe; a loading server may be slow to an
 
 
 class LocalProcess:
-    def __init__(self, command: Sequence[str], env: Mapping[str, str], ready_url: str) -> None:
+    """`cpus`: the process runs on the first this many of the gateway's CPUs, where the
+    gateway has more (`backends[].launch.cpus`)."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        ready_url: str,
+        cpus: int | None = None,
+    ) -> None:
         self._command = list(command)
         self._env = child_environment(env)  # never the gateway's secrets
         self._ready_url = ready_url
+        self._cpus = cpus
         self._process: Child | None = None
 
     async def start(self, timeout_s: float) -> None:
+        cpus = first_cpus(self._cpus)
+        if self._cpus is not None and cpus is None:
+            logger.warning(
+                "%r shares every CPU with the gateway: launch.cpus is %d and the gateway "
+                "has no more CPUs than that",
+                self._command[0],
+                self._cpus,
+            )
         try:  # not the event loop's fork: see backends/spawn.py
-            self._process = await spawn(self._command, env=self._env, start_new_session=True)
+            self._process = await spawn(
+                self._command, env=self._env, start_new_session=True, cpus=cpus
+            )
         except OSError as exc:
             raise LaunchError(f"cannot start {self._command[0]!r}: {exc.strerror}") from exc
+        if cpus is not None:
+            logger.info("%r runs on CPUs %s", self._command[0], sorted(cpus))
         await self._wait_ready(timeout_s)
 
     async def _wait_ready(self, timeout_s: float) -> None:

@@ -21,7 +21,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import IO
 
@@ -93,6 +93,32 @@ def child_environment(
     return {**inherited, **extra}
 
 
+def first_cpus(count: int | None) -> set[int] | None:
+    """The first `count` of the CPUs this process may run on, where it has more than that,
+    so that at least one stays for everything else; None otherwise (no count, too few
+    CPUs, or a platform without CPU affinity): the child may run anywhere this one may."""
+    if count is None or not hasattr(os, "sched_getaffinity"):
+        return None
+    mine = sorted(os.sched_getaffinity(0))
+    return set(mine[:count]) if len(mine) > count else None
+
+
+@contextlib.contextmanager
+def on_cpus(cpus: Set[int] | None) -> Iterator[None]:
+    """Within it, processes this thread starts run on `cpus` alone (a child inherits the
+    CPU set of the thread that forks it, and its own children inherit it from it); None:
+    wherever this thread may. Only this thread's set changes, and it is restored after."""
+    if cpus is None:
+        yield
+        return
+    everything = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, everything)
+
+
 class Child:
     """A started process: its pid, its exit status once it has exited, and waits for it."""
 
@@ -133,20 +159,25 @@ async def spawn(
     stdout: IO[bytes] | None = None,
     stderr: IO[bytes] | None = None,
     start_new_session: bool = False,
+    cpus: Set[int] | None = None,
 ) -> Child:
     """Starts `command` (raises OSError when it cannot). Not cancellable halfway: a process
-    that was started is always returned, so that its caller can reap it."""
+    that was started is always returned, so that its caller can reap it.
+
+    `cpus`: the child and its own children run on these CPUs alone (`on_cpus`, around the
+    start in the worker thread: a `preexec_fn` would cost the vfork above)."""
 
     def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            list(command),
-            env=None if env is None else dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=start_new_session,
-        )
+        with on_cpus(cpus):
+            return subprocess.Popen(
+                list(command),
+                env=None if env is None else dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=start_new_session,
+            )
 
     with anyio.CancelScope(shield=True):
         popen = await anyio.to_thread.run_sync(start)

@@ -60,9 +60,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 import orjson
 
+from backends.spawn import on_cpus
 from bench.capacity import MODEL
 from bench.measure import percentile
-from bench.processes import Gateway, on_cpus, start_gateway, unwind_on_sigterm
+from bench.processes import Gateway, start_gateway, unwind_on_sigterm
 from bench.report import emitter, progress_of
 from bench.slo_goodput import PREFIX_COUNTERS, Engine
 

@@ -8,8 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +28,6 @@ def unwind_on_sigterm() -> None:
 # details (gateway/tenancy/operators.py): send `OPERATOR` as the headers of those reads.
 OPERATOR_KEY = "op-test-operator-key-0123456789abcdef"
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
-
-
-@contextmanager
-def on_cpus(cpus: set[int] | None) -> Iterator[None]:
-    """Within it, processes this thread starts run on `cpus` alone (a child inherits the
-    CPU set of the thread that forks it, and its own children inherit it from it); None:
-    wherever this thread may. Only this thread's set changes, and it is restored after."""
-    everything = os.sched_getaffinity(0)
-    if cpus is not None:
-        os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, everything)
 
 
 def free_port() -> int:

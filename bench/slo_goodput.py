@@ -182,6 +182,7 @@ from backends.local_vllm import (  # noqa: E402
     engine_python,
     environment,
 )
+from backends.spawn import on_cpus  # noqa: E402
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model  # noqa: E402
 from bench.capacity import (  # noqa: E402
     CLASS_OF,
@@ -210,7 +211,6 @@ from bench.processes import (  # noqa: E402
     Gateway,
     ServerProcess,
     free_port,
-    on_cpus,
     unwind_on_sigterm,
 )
 from bench.report import emitter, progress_of  # noqa: E402

@@ -368,7 +368,8 @@ def _launch_spec(backend: Backend) -> tuple[str, LocalProcess]:
         for part in backend.launch.command
     ]
     root = base_url.split("/v1")[0] if "/v1" in base_url else base_url
-    return base_url, LocalProcess(command, backend.launch.env, root + backend.launch.ready_path)
+    launch = backend.launch
+    return base_url, LocalProcess(command, launch.env, root + launch.ready_path, launch.cpus)
 
 
 def _health(settings: Settings, pools: dict[str, Pool]) -> BackendHealth:

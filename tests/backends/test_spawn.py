@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from backends.spawn import spawn
+from backends.spawn import first_cpus, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,3 +117,30 @@ async def test_output_goes_to_the_file_given(tmp_path: Path) -> None:
         )
     assert await child.wait() == 0
     assert sorted(log.read_text().split()) == ["hello", "oops"]
+
+
+PRINT_CPUS = "import os; print(' '.join(map(str, sorted(os.sched_getaffinity(0)))))"
+
+
+async def test_a_child_started_on_cpus_runs_on_them_and_the_starter_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    mine = os.sched_getaffinity(0)
+    first = {min(mine)}  # a set this machine has, whatever its size
+    log = tmp_path / "cpus.log"
+    with log.open("ab") as out:
+        child = await spawn([sys.executable, "-c", PRINT_CPUS], stdout=out, cpus=first)
+    assert await child.wait() == 0
+    assert {int(cpu) for cpu in log.read_text().split()} == first
+    assert os.sched_getaffinity(0) == mine  # the worker thread's set was restored
+    assert await anyio.to_thread.run_sync(os.sched_getaffinity, 0) == mine
+
+
+def test_first_cpus_leaves_at_least_one_cpu_to_the_gateway(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {7, 3, 5})
+    assert first_cpus(1) == {3}
+    assert first_cpus(2) == {3, 5}
+    assert first_cpus(3) is None  # none would be left: the child shares them all
+    assert first_cpus(None) is None

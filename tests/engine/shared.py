@@ -23,8 +23,9 @@ from pathlib import Path
 import httpx
 
 from backends.local_vllm import ROOT, command_line, default_model, engine_python, environment
+from backends.spawn import first_cpus, on_cpus
 from backends.worker.tiny_model import VLLM, write_tiny_chat_model
-from bench.processes import ServerProcess, free_port, on_cpus
+from bench.processes import ServerProcess, free_port
 
 SHARED_DIR = "GATEWAY_TEST_ENGINE_DIR"
 # Engines started by this process: kept for its lifetime, so that a handle collected while
@@ -139,8 +140,7 @@ def engine_cpus() -> set[int] | None:
     priority test failed on a round where it did (2026-12-07). On one CPU of its own, as
     the benchmarks' `--pin on` runs it and as a GPU host would (its CPU processes beside
     the GPU), each round arrived as it ended, tokens 10-20 ms apart at most."""
-    cpus = sorted(os.sched_getaffinity(0))
-    return {cpus[0]} if len(cpus) >= 2 else None
+    return first_cpus(1)  # as `make run-vllm` starts it (`launch.cpus: 1`)
 
 
 def engine_for_this_run(root: Path) -> tuple[Engine, bool]:

@@ -117,3 +117,12 @@ def test_env_is_for_process_backends_only() -> None:
     static = "backends:\n  - {name: up, base_url: 'http://x/v1', models: [m], env: {A: b}}\n"
     with pytest.raises(ConfigError, match="env is for process backends"):
         parse_settings(static, "s.yaml", {})
+
+
+def test_launch_cpus_is_a_count_of_one_or_more() -> None:
+    backend = "backends:\n  - {name: up, base_url: 'http://x:{port}/v1', models: [m], "
+    launched = backend + "launch: {command: [serve], cpus: %s}}\n"
+    launch = parse_settings(launched % "2", "l.yaml", {}).backends[0].launch
+    assert launch is not None and launch.cpus == 2
+    with pytest.raises(ConfigError, match=r"launch\.cpus"):
+        parse_settings(launched % "0", "l.yaml", {})

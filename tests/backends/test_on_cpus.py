@@ -1,4 +1,5 @@
-"""bench/processes.py's `on_cpus`: where the processes a benchmark or test starts run."""
+"""backends/spawn.py's `on_cpus`: where the processes the gateway, a benchmark or a test starts
+run."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from bench.processes import on_cpus
+from backends.spawn import on_cpus
 
 CHILD = "import os; print(sorted(os.sched_getaffinity(0)))"
 
