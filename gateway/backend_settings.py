@@ -37,9 +37,10 @@ class Launch(Strict):
     ready_path: str = "/health"
     start_timeout_s: float = Field(default=180.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
-    # The process (and its children) runs on the first this many of the gateway's CPUs,
-    # where the gateway has more; None: on all of them. vLLM's CPU build busy-polls in two
-    # processes, and on two cores it left its own API server and the gateway seconds behind.
+    # n: the process (and its children) runs on the gateway's first n CPUs, where the
+    # gateway has more than n, and leaves it the rest; None: on all of them. vLLM's CPU
+    # build busy-polls in two processes: on two cores, unpinned, its streams stalled for
+    # seconds (docs/measurements.md, "`make run-vllm` on two cores").
     cpus: int | None = Field(default=None, ge=1)
 
 
