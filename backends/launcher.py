@@ -26,8 +26,8 @@ PROBE_TIMEOUT_S = 2.0  # one readiness probe; a loading server may be slow to an
 
 
 class LocalProcess:
-    """`cpus`: the process runs on the first this many of the gateway's CPUs, where the
-    gateway has more (`backends[].launch.cpus`)."""
+    """`cpus`: the process runs on the gateway's first `cpus` CPUs, where the gateway has
+    more than that (`backends[].launch.cpus`)."""
 
     def __init__(
         self,
