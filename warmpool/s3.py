@@ -148,27 +148,16 @@ class S3WeightSource:
         return found
 
     async def read_range(self, obj: RemoteObject, start: int, stop: int) -> bytes:
-        client = self._require_client()
-        what = f"reading bytes {start}-{stop - 1} of s3://{obj.bucket}/{obj.key}"
-        with _translated(what):
-            # If-Match: ranges of two versions of an object must never be stitched together.
-            response = await client.get_object(
-                Bucket=obj.bucket,
-                Key=obj.key,
-                Range=f"bytes={start}-{stop - 1}",
-                IfMatch=f'"{obj.etag}"',
-            )
-            async with response["Body"] as body:
-                data: bytes = await body.read()
-        if len(data) != stop - start:
-            raise SourceUnavailable(f"{what}: got {len(data)} bytes, expected {stop - start}")
-        return data
+        buffer = bytearray(stop - start)  # small reads (the manifest): one copy is nothing
+        await self.read_into(obj, start, memoryview(buffer))
+        return bytes(buffer)
 
     async def read_into(self, obj: RemoteObject, start: int, buffer: memoryview) -> None:
         client = self._require_client()
         stop = start + len(buffer)
         what = f"reading bytes {start}-{stop - 1} of s3://{obj.bucket}/{obj.key}"
         with _translated(what):
+            # If-Match: ranges of two versions of an object must never be stitched together.
             response = await client.get_object(
                 Bucket=obj.bucket,
                 Key=obj.key,
