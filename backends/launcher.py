@@ -46,8 +46,8 @@ class LocalProcess:
         cpus = first_cpus(self._cpus)
         if self._cpus is not None and cpus is None:
             logger.warning(
-                "%r shares every CPU with the gateway: launch.cpus is %d and the gateway "
-                "has no more CPUs than that",
+                "%r shares every CPU with the gateway: launch.cpus is %d, and the gateway "
+                "has no more CPUs than that (or this platform sets no CPU affinity)",
                 self._command[0],
                 self._cpus,
             )
