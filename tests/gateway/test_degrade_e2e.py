@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from bench.capacity import capacity_view
 from bench.processes import OPERATOR, Gateway, start_fake_upstream
 from tests.conftest import GatewayFactory, hash_of
 
@@ -71,12 +72,26 @@ def behind_a_busy_slot(gateway: Gateway, model: str, timeout_s: str, key: str = 
         target=ask, args=(gateway, model), kwargs={"extra_body": {"x_delay": 1.5}}
     )
     holder.start()
-    time.sleep(0.3)
     try:
+        holding(gateway, model.removeprefix("slow-"))
         headers = {"x-request-timeout": timeout_s}
         return ask(gateway, model, key, extra_headers=headers, extra_body={"x_delay": 0.05})
     finally:
         holder.join()
+
+
+def holding(gateway: Gateway, backend: str, timeout_s: float = 10.0) -> None:
+    """Returns once a request holds `backend`'s slot. A fixed 0.3 s sleep was too short once
+    under `make test`'s load: the second request found the slot free (a clean clone,
+    2026-12-07)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        readyz = httpx.get(gateway.url + "/readyz", headers=OPERATOR).text
+        view = capacity_view(readyz, backend)
+        if view is not None and view.get("in_flight"):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no request held {backend}'s slot within {timeout_s} s")
 
 
 def capped(upstream: str, tokens: int) -> int:
