@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,9 @@ import httpx
 import openai
 import pytest
 
-from bench.capacity import capacity_view
 from bench.processes import OPERATOR, Gateway, start_fake_upstream
 from tests.conftest import GatewayFactory, hash_of
+from tests.support.slots import holding
 
 KEY, ROUTED = "sk-test-degrade-a-0123456789", "sk-test-degrade-r-0123456789"
 
@@ -78,20 +77,6 @@ def behind_a_busy_slot(gateway: Gateway, model: str, timeout_s: str, key: str = 
         return ask(gateway, model, key, extra_headers=headers, extra_body={"x_delay": 0.05})
     finally:
         holder.join()
-
-
-def holding(gateway: Gateway, backend: str, timeout_s: float = 10.0) -> None:
-    """Returns once a request holds `backend`'s slot. A fixed 0.3 s sleep was too short once
-    under `make test`'s load: the second request found the slot free (a clean clone,
-    2026-12-07)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        readyz = httpx.get(gateway.url + "/readyz", headers=OPERATOR).text
-        view = capacity_view(readyz, backend)
-        if view is not None and view.get("in_flight"):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no request held {backend}'s slot within {timeout_s} s")
 
 
 def capped(upstream: str, tokens: int) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from bench.processes import OPERATOR, Gateway, free_port, start_fake_upstream
 from tests.conftest import GatewayFactory, hash_of
+from tests.support.slots import holding
 
 KEY, NARROW = "sk-test-fallback-a-0123456789", "sk-test-fallback-c-0123456789"
 
@@ -112,7 +112,7 @@ def test_a_model_that_would_shed_the_request_is_answered_by_its_fallback(
         target=lambda: first.append(ask(gateway, "slow-busy", extra_body={"x_delay": 2}))
     )
     holder.start()
-    time.sleep(0.5)
+    holding(gateway, "busy")
     raw = ask(gateway, "slow-busy", extra_headers={"x-request-timeout": "1"})
     assert raw.headers["x-model-fallback"] == "small"
     assert raw.parse().model == "small"
