@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 
 from backends.providers.replicas import ReplicaEvent, ReplicaProvider
+
+# A stand-in model server (its docstring says what it answers); it writes what it is,
+# pid included, to its `--state-dir` once it listens (`servers`).
+MINI_SERVER = Path(__file__).with_name("mini_server.py")
+
+
+def servers(state: Path) -> dict[int, dict[str, object]]:
+    """pid -> what each mini server wrote once it was listening."""
+    infos = (json.loads(path.read_text()) for path in state.glob("*.json"))
+    return {int(info["pid"]): info for info in infos}
 
 
 @asynccontextmanager

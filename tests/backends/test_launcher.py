@@ -3,7 +3,6 @@ silently dropped, and the process then runs wherever the gateway does."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -12,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from backends.launcher import LocalProcess, free_port
-
-MINI_SERVER = Path(__file__).with_name("mini_server.py")
+from tests.backends.support import MINI_SERVER, servers
 
 
 async def test_cpus_the_gateway_cannot_spare_leave_the_process_on_all_and_say_so(
@@ -26,8 +24,8 @@ async def test_cpus_the_gateway_cannot_spare_leave_the_process_on_all_and_say_so
     with caplog.at_level(logging.WARNING, logger="backends.launcher"):
         await process.start(10.0)
     try:
-        (written,) = tmp_path.glob("*.json")
-        assert os.sched_getaffinity(json.loads(written.read_text())["pid"]) == mine
+        (pid,) = servers(tmp_path)
+        assert os.sched_getaffinity(pid) == mine
         assert "shares every CPU with the gateway" in caplog.text
     finally:
         await process.stop()

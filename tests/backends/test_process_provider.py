@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -17,9 +16,16 @@ from backends.providers.errors import ProviderClosed, ReplicaNotFound
 from backends.providers.process import ProcessLaunch, ProcessProvider, ProcessTimings
 from backends.providers.replicas import Replica, ReplicaEvent
 from backends.providers.restart_policy import RestartBackoff
-from tests.backends.support import alive, phases, record, running, wait_until
+from tests.backends.support import (
+    MINI_SERVER,
+    alive,
+    phases,
+    record,
+    running,
+    servers,
+    wait_until,
+)
 
-MINI_SERVER = Path(__file__).with_name("mini_server.py")
 FAST = ProcessTimings(ready_timeout_s=10, probe_interval_s=0.05, probe_timeout_s=1, grace_s=5)
 QUICK_BACKOFF = RestartBackoff(initial_s=0.05, max_s=0.2)
 
@@ -34,12 +40,6 @@ def provider_for(
 ) -> tuple[ProcessProvider, list[ReplicaEvent]]:
     provider = ProcessProvider("mini", launch, timings, QUICK_BACKOFF)
     return provider, record(provider)
-
-
-def servers(state: Path) -> dict[int, dict[str, object]]:
-    """pid -> what each mini server wrote once it was listening."""
-    infos = (json.loads(path.read_text()) for path in state.glob("*.json"))
-    return {int(info["pid"]): info for info in infos}
 
 
 def started_pids(events: list[ReplicaEvent]) -> list[int]:

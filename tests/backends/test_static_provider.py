@@ -12,9 +12,7 @@ from backends.providers.errors import ReplicaNotFound
 from backends.providers.replicas import Replica
 from backends.providers.static import StaticProvider
 from bench.processes import ServerProcess, free_port
-from tests.backends.support import phases, record, running, wait_until
-
-MINI_SERVER = Path(__file__).with_name("mini_server.py")
+from tests.backends.support import MINI_SERVER, phases, record, running, wait_until
 
 
 @pytest.fixture

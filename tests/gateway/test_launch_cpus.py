@@ -3,13 +3,11 @@ and leaves it the rest (vLLM's CPU build busy-polls; README "A real vLLM on this
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from bench.processes import start_gateway
-
-MINI_SERVER = Path(__file__).parents[1] / "backends" / "mini_server.py"
+from tests.backends.support import MINI_SERVER, servers
 
 
 def test_a_launched_server_runs_on_the_first_cpu_and_leaves_the_rest(tmp_path: Path) -> None:
@@ -30,8 +28,7 @@ def test_a_launched_server_runs_on_the_first_cpu_and_leaves_the_rest(tmp_path: P
     mine = os.sched_getaffinity(0)
     gateway = start_gateway(config, tmp_path)
     try:
-        (written,) = state.glob("*.json")
-        pid = json.loads(written.read_text())["pid"]
+        (pid,) = servers(state)
         # One CPU alone would leave the gateway none: then the server shares them all.
         expected = {min(mine)} if len(mine) > 1 else mine
         assert os.sched_getaffinity(pid) == expected
